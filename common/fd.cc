@@ -1,0 +1,68 @@
+#include "common/fd.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace sandpool {
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) {
+    // close() must not be retried on EINTR on Linux: the fd is gone either way.
+    ::close(fd_);
+  }
+  fd_ = fd;
+}
+
+Result<PipePair> MakePipe(int extra_flags) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | extra_flags) != 0) return ErrnoStatus("pipe2");
+  return PipePair{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+Result<SocketPair> MakeSocketPair(int type) {
+  int fds[2];
+  if (::socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, fds) != 0) return ErrnoStatus("socketpair");
+  return SocketPair{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+Status SetNonBlocking(int fd, bool on) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0) return ErrnoStatus("fcntl(F_GETFL)");
+  flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  if (::fcntl(fd, F_SETFL, flags) != 0) return ErrnoStatus("fcntl(F_SETFL)");
+  return Status::Ok();
+}
+
+Status WriteAll(int fd, const void* data, size_t len) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    ssize_t n = ::write(fd, p, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("write");
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status ReadExact(int fd, void* data, size_t len) {
+  char* p = static_cast<char*>(data);
+  while (len > 0) {
+    ssize_t n = ::read(fd, p, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("read");
+    }
+    if (n == 0) return Status::Error("read: unexpected end of file");
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+}  // namespace sandpool
