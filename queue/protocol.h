@@ -1,0 +1,147 @@
+// Protocol v1 (docs/PROTOCOL.md): the job map clients send, the result map and the live events
+// the daemon sends back, and the error codes. Pure data and codecs: no I/O, no allocation
+// beyond the returned values, thread-compatible. Every decoder treats its input as hostile:
+// it never crashes or allocates without bound on any byte string, and reports a precise error.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace sandpool {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+enum class ErrorCode {
+  kBadPayload,
+  kBadVersion,
+  kBadField,
+  kTooLarge,
+  kExecFailed,
+  kCancelled,
+  kWorkerLost,
+  kSandboxFailed,
+  kShutdown,
+  kInternal,
+};
+// "bad_payload", "bad_version", ... as in PROTOCOL.md section 8.
+std::string_view ErrorCodeName(ErrorCode code);
+bool ErrorCodeRetryable(ErrorCode code);
+std::optional<ErrorCode> ParseErrorCode(std::string_view name);
+
+struct JobError {
+  ErrorCode code;
+  std::string message;
+};
+
+// Server-side bounds a job is validated against and clamped to (PROTOCOL.md section 3).
+struct ServerLimits {
+  uint64_t default_timeout_ms = 30000;
+  uint64_t max_timeout_ms = 600000;
+  uint64_t default_output_bytes = 1 << 20;
+  uint64_t max_output_bytes = 16 << 20;
+  uint64_t max_stdin_bytes = 16 << 20;
+  uint64_t max_argv_bytes = 1 << 20;   // also the limit of the shell line
+  uint64_t max_argv_items = 4096;
+  uint64_t max_env_bytes = 256 << 10;
+  uint64_t max_env_items = 1024;
+  uint64_t max_retries = 5;
+};
+
+// A validated job. Exactly one of argv / shell is set. timeout_ms and max_output_bytes are
+// already defaulted and clamped.
+struct JobSpec {
+  uint32_t version = kProtocolVersion;
+  std::string id;
+  std::vector<std::string> argv;     // empty when `shell` is set
+  std::optional<std::string> shell;
+  std::vector<std::pair<std::string, std::string>> env;  // in the order given; names unique
+  std::string cwd = "/work";
+  std::string stdin_data;
+  uint64_t timeout_ms = 0;
+  uint64_t max_output_bytes = 0;
+  uint32_t retries = 0;
+};
+
+// True for 1..128 bytes of [A-Za-z0-9._:-].
+bool ValidJobId(std::string_view id);
+
+// Decodes and validates a job map. On failure the JobError says which rule was broken.
+std::variant<JobSpec, JobError> DecodeJob(std::string_view payload, const ServerLimits& limits);
+// Encodes a job map (used by clients and tests); the inverse of DecodeJob for valid specs.
+std::string EncodeJob(const JobSpec& spec);
+// Client side (added): like EncodeJob, but max_output_bytes is sent only when
+// `send_max_output_bytes`, so the server's default applies otherwise (JobSpec has no "unset"
+// value for it). Both encoders leave out fields equal to their protocol default, and
+// timeout_ms == 0 (not a valid value; the server's default applies).
+std::string EncodeJobRequest(const JobSpec& spec, bool send_max_output_bytes);
+
+enum class Outcome {
+  kExit,
+  kSignal,
+  kTimeout,
+  kCancelled,
+  kOutputLimit,
+  kMemoryLimit,
+  kPidsLimit,
+  kCpuLimit,
+  kDiskLimit,
+  kSeccomp,
+  kWorkerLost,
+  kError,
+};
+inline constexpr int kOutcomeCount = 12;
+// "exit", "signal", ... as in PROTOCOL.md section 5.
+std::string_view OutcomeName(Outcome o);
+std::optional<Outcome> ParseOutcome(std::string_view name);
+// The CLI's exit status for a result (PROTOCOL.md section 5, last column).
+int CliExitCode(Outcome o, std::optional<int> exit_code, std::optional<int> signal);
+
+struct JobResult {
+  std::string id;
+  Outcome outcome = Outcome::kError;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool timed_out = false;
+  bool killed = false;
+  std::string stdout_data;
+  std::string stderr_data;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  uint64_t stdout_dropped_bytes = 0;
+  uint64_t stderr_dropped_bytes = 0;
+  uint64_t exec_time_us = 0;
+  uint64_t cpu_time_us = 0;
+  uint64_t peak_memory_bytes = 0;
+  uint64_t queue_wait_us = 0;
+  std::string worker;
+  uint32_t attempt = 0;
+  std::optional<JobError> error;
+};
+
+// Result map (PROTOCOL.md section 5). stdout/stderr are msgpack bin.
+std::string EncodeResult(const JobResult& r);
+// Accepts bin or str for byte fields; ignores unknown fields (forward compatibility).
+std::optional<JobResult> DecodeResult(std::string_view bytes);
+
+// Live events (PROTOCOL.md section 6).
+std::string EncodeStartedEvent(uint64_t seq, std::string_view worker, uint32_t attempt);
+// stream is "stdout" or "stderr"
+std::string EncodeOutputEvent(uint64_t seq, std::string_view stream, std::string_view data);
+std::string EncodeExitedEvent(uint64_t seq, const JobResult& r);
+
+struct Event {
+  std::string type;  // "started", "stdout", "stderr", "exited", or an unknown type
+  uint64_t seq = 0;
+  std::string data;                  // stdout / stderr
+  std::string worker;                // started
+  uint32_t attempt = 0;              // started
+  std::optional<JobResult> result;   // exited
+};
+std::optional<Event> DecodeEvent(std::string_view bytes);
+
+}  // namespace sandpool

@@ -1,0 +1,96 @@
+// Per-slot cgroups, v1 or v2. Each pool slot owns one cgroup (v1: one directory per controller)
+// that every sandbox of the slot lives in; it carries the memory, swap, pids and CPU limits and
+// is where the keeper reads a job's CPU time, peak memory, OOM kills and refused forks. The
+// sandbox never sees or writes these files (no cgroupfs inside, cgroup namespace).
+//
+// Placement without attaching on the hot path (attaching a task costs ~1 ms):
+//  - v2: clone3(CLONE_INTO_CGROUP) with the slot directory's fd puts the sandbox straight in;
+//  - v1: the keeper moves itself into the slot cgroup once, at start; sandboxes inherit it.
+//
+// Layout: <parent>/<instance>/slot-<n>, where <parent> is the daemon's own cgroup (so limits
+// set on the daemon's service apply to its sandboxes too). v2 also moves the daemon itself
+// into <parent>/<instance>/supervisor, since a v2 cgroup with controllers enabled for its
+// children may not hold processes itself.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/fd.h"
+#include "common/status.h"
+
+namespace sandpool {
+
+enum class CgroupMode { kV1, kV2 };
+
+struct CgroupLimits {
+  uint64_t memory_bytes = 512ull << 20;
+  uint64_t swap_bytes = 0;           // swap on top of memory_bytes (0: none)
+  uint64_t pids = 256;               // tasks in the sandbox (threads count)
+  uint64_t cpu_quota_us = 100000;    // per cpu_period_us; quota == period is one CPU
+  uint64_t cpu_period_us = 100000;
+};
+
+struct CgroupStats {
+  uint64_t cpu_usage_us = 0;      // cumulative
+  uint64_t peak_memory_bytes = 0;  // since the last ResetPeak()
+  uint64_t oom_kills = 0;         // cumulative
+  uint64_t pids_max_hits = 0;     // cumulative
+};
+
+// Where the instance's cgroups live. Discovered once in the daemon before any process is forked,
+// then copied into the spawner and keepers.
+struct CgroupLayout {
+  CgroupMode mode = CgroupMode::kV1;
+  // v1: controller ("memory", "pids", "cpu", "cpuacct") -> <mount><own path>/<instance>
+  // v2: "" -> <mount><own path>/<instance>
+  std::map<std::string, std::string> instance_dirs;
+  // v2 only: false when a controller (memory, pids, cpu) is unavailable; limits then are not
+  // enforced by the cgroup (only allowed with --allow-missing-controllers, for tests).
+  bool v2_has_controllers = true;
+};
+
+// Detects the hierarchy ("auto", "v1" or "v2" forced), creates the instance directories
+// (removing stale slot directories left by a previous run with the same instance name) and, on
+// v2, moves the calling process into the supervisor leaf and enables the controllers.
+Result<CgroupLayout> SetUpCgroups(const std::string& requested_mode, const std::string& instance,
+                                  bool allow_missing_controllers);
+
+class SlotCgroup {
+ public:
+  SlotCgroup() = default;
+  // Creates slot-<slot> under the layout's instance directories (fresh: an existing one is
+  // removed first) and applies `limits`.
+  static Result<SlotCgroup> Create(const CgroupLayout& layout, uint32_t slot,
+                                   const CgroupLimits& limits);
+
+  // v1: moves the calling process (the keeper) into the slot cgroup. v2: no-op.
+  Status AttachSelf();
+  // v2: the directory fd for clone3(CLONE_INTO_CGROUP); -1 on v1.
+  int clone_fd() const { return v2_dir_.get(); }
+  CgroupMode mode() const { return mode_; }
+
+  // Changes the memory and pids limits (0 leaves a value as it is). Cheap: one write each.
+  Status SetLimits(uint64_t memory_bytes, uint64_t pids);
+  Status ResetPeak();
+  Result<CgroupStats> Read();
+  // v2: writes cgroup.kill. v1: nothing (the sandbox's pid namespace is the kill switch).
+  Status KillAll();
+  // Removes the slot directories; they must be empty of processes.
+  Status Remove();
+
+ private:
+  Status WriteFile(const std::string& controller, const char* file, const std::string& value);
+  Result<std::string> ReadFile(const std::string& controller, const char* file);
+
+  CgroupMode mode_ = CgroupMode::kV1;
+  std::map<std::string, std::string> dirs_;  // controller -> slot directory ("" on v2)
+  UniqueFd v2_dir_;
+  // v2: memory.peak resets per open file (6.12+), so one fd is kept for reset and reads.
+  UniqueFd v2_peak_;
+  CgroupLimits limits_;
+  uint64_t cur_memory_ = 0, cur_pids_ = 0;
+};
+
+}  // namespace sandpool

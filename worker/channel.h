@@ -1,0 +1,72 @@
+// Channel: framed messages over a SOCK_STREAM unix socket, with file descriptors attached to
+// frames (SCM_RIGHTS). Used between the scheduler and keepers, and between the spawner and the
+// scheduler.
+//
+// Frame: u32 payload length, u16 type, u16 fd count (little endian), then the payload. A frame's
+// fds travel in the same sendmsg as its first byte, so the kernel delivers them no later than
+// the frame's bytes; the receiver keeps received fds in arrival order and hands each complete
+// frame the number it declares.
+//
+// Two modes over the same framing:
+//  - blocking (keeper, spawner): Send() writes the whole frame, Receive() blocks for one frame;
+//  - non-blocking (scheduler loop): Send() queues what the socket does not take (call Flush()
+//    when writable), OnReadable() drains the socket into complete frames.
+// Not thread-safe. Received fds are O_CLOEXEC (MSG_CMSG_CLOEXEC).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/fd.h"
+#include "common/status.h"
+
+namespace sandpool {
+
+struct Frame {
+  uint16_t type = 0;
+  std::string payload;
+  std::vector<UniqueFd> fds;
+};
+
+class Channel {
+ public:
+  static constexpr size_t kMaxPayload = 64u << 20;  // larger frames are a protocol error
+  static constexpr size_t kMaxFds = 8;
+
+  Channel() = default;
+  explicit Channel(UniqueFd fd) : fd_(std::move(fd)) {}
+
+  int fd() const { return fd_.get(); }
+  bool valid() const { return fd_.valid(); }
+  void Close() { fd_.reset(); }
+
+  // Sends a frame. `fds` are borrowed (duplicated into the peer by the kernel). In blocking mode
+  // this writes everything; in non-blocking mode the unsent tail is queued (fds are always sent
+  // with the first byte, so they never wait in the queue).
+  Status Send(uint16_t type, std::string_view payload, const std::vector<int>& fds = {});
+  // Non-blocking mode: writes queued bytes. Returns OK when drained or EAGAIN was hit.
+  Status Flush();
+  bool HasQueued() const { return out_off_ < out_.size(); }
+
+  // Blocking mode: receives one whole frame. EOF before a frame -> error with sys_errno 0.
+  Result<Frame> Receive();
+  // Non-blocking mode: reads what is available and appends complete frames to `out`.
+  // Returns an error on EOF (sys_errno 0) or a socket/protocol error; frames parsed before the
+  // error are still appended.
+  Status OnReadable(std::vector<Frame>* out);
+
+ private:
+  Status ReadSome(bool* eof, bool* would_block);
+  bool TakeFrame(Frame* f, Status* err);
+
+  UniqueFd fd_;
+  std::string in_;
+  std::deque<UniqueFd> in_fds_;
+  std::string out_;
+  size_t out_off_ = 0;
+};
+
+}  // namespace sandpool

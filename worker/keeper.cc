@@ -1,0 +1,247 @@
+#include "worker/keeper.h"
+
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <grp.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "worker/channel.h"
+#include "worker/messages.h"
+#include "worker/rootfs.h"
+#include "worker/sandbox.h"
+#include "worker/seccomp/seccomp_policy.h"
+
+namespace sandpool {
+namespace {
+
+Status BringUpLoopback() {
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!s) return ErrnoStatus("socket");
+  struct ifreq ifr = {};
+  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  if (::ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) return ErrnoStatus("SIOCGIFFLAGS lo");
+  ifr.ifr_flags |= IFF_UP;
+  if (::ioctl(s.get(), SIOCSIFFLAGS, &ifr) != 0) return ErrnoStatus("SIOCSIFFLAGS lo");
+  return Status::Ok();
+}
+
+// One-time set-up of the keeper process itself.
+Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup) {
+  // The host root's supplementary groups would otherwise follow every sandbox process into its
+  // user namespace and keep granting group access to host files.
+  if (::setgroups(0, nullptr) != 0) return ErrnoStatus("setgroups");
+  auto cg = SlotCgroup::Create(a.layout, a.slot, a.config.cgroup);
+  if (!cg.ok()) return cg.status().Prefixed("slot cgroup");
+  *cgroup = std::move(cg.value());
+  SP_RETURN_IF_ERROR(cgroup->AttachSelf().Prefixed("attach keeper to its slot cgroup"));
+  if (::unshare(CLONE_NEWNET) != 0) return ErrnoStatus("unshare(CLONE_NEWNET)");
+  SP_RETURN_IF_ERROR(BringUpLoopback());
+  if (::unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare(CLONE_NEWNS)");
+  return BuildKeeperRoot(a.config).Prefixed("sandbox root");
+}
+
+class Keeper {
+ public:
+  Keeper(const KeeperArgs& a, Channel channel, SlotCgroup cgroup, SeccompProgram seccomp)
+      : a_(a), ch_(std::move(channel)), cgroup_(std::move(cgroup)), seccomp_(std::move(seccomp)) {}
+
+  [[noreturn]] void Run() {
+    int backoff_ms = 50;
+    for (;;) {
+      int64_t t0 = MonotonicUs();
+      auto sb = PrepareSandbox(a_.config, a_.slot, cgroup_, &seccomp_);
+      if (!sb.ok()) {
+        LogWarn("sandbox preparation failed", {{"slot", a_.slot}, {"error", sb.status().message()}});
+        Send(MsgType::kFailed, Encode(FailedMsg{sb.status().message()}));
+        WaitOrExit(backoff_ms);
+        backoff_ms = std::min(backoff_ms * 2, 5000);
+        continue;
+      }
+      backoff_ms = 50;
+      ++gen_;
+      sb_ = std::move(sb.value());
+      ReadyMsg ready{gen_, static_cast<uint64_t>(MonotonicUs() - t0)};
+      Send(MsgType::kReady, Encode(ready), {sb_.stdin_w.get(), sb_.stdout_r.get(), sb_.stderr_r.get()});
+      sb_.stdin_w.reset();
+      sb_.stdout_r.reset();
+      sb_.stderr_r.reset();
+      Serve();
+    }
+  }
+
+ private:
+  void Send(MsgType t, const std::string& payload, const std::vector<int>& fds = {}) {
+    Status s = ch_.Send(static_cast<uint16_t>(t), payload, fds);
+    if (!s.ok()) Exit("scheduler channel: " + s.message());
+  }
+
+  [[noreturn]] void Exit(const std::string& why) {
+    LogDebug("keeper exiting", {{"slot", a_.slot}, {"why", why}});
+    KillSandbox(sb_);
+    if (sb_.pidfd) {
+      siginfo_t info;
+      ::waitid(P_PIDFD, static_cast<id_t>(sb_.pidfd.get()), &info, WEXITED);
+    }
+    ::_exit(0);
+  }
+
+  // Sleeps, but leaves at once if the scheduler goes away.
+  void WaitOrExit(int ms) {
+    struct pollfd p = {ch_.fd(), POLLIN, 0};
+    if (::poll(&p, 1, ms) > 0) {
+      auto f = ch_.Receive();
+      if (!f.ok()) Exit("scheduler channel closed");
+    }
+  }
+
+  // Serves the current sandbox until it is gone, then reports Exited.
+  void Serve() {
+    bool run_sent = false, started = false, killed = false, cpu_limit = false;
+    int64_t exec_at = 0, exec_end = 0;
+    uint64_t cpu_limit_us = 0;
+    ExecError exec_error{};
+    bool have_exec_error = false;
+    CgroupStats base{};
+    for (;;) {
+      struct pollfd p[3] = {{ch_.fd(), POLLIN, 0},
+                            {sb_.pidfd.get(), POLLIN, 0},
+                            {run_sent ? sb_.stub.get() : -1, POLLIN, 0}};
+      // A CPU-time limit is watched on the whole cgroup, so it covers every process of the job.
+      int timeout = (started && cpu_limit_us > 0) ? 20 : -1;
+      int n = ::poll(p, 3, timeout);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        Exit("poll: " + std::string(std::strerror(errno)));
+      }
+      if (started && cpu_limit_us > 0 && !killed) {
+        auto st = cgroup_.Read();
+        if (st.ok() && st->cpu_usage_us - base.cpu_usage_us > cpu_limit_us) {
+          cpu_limit = killed = true;
+          KillSandbox(sb_);
+        }
+      }
+      if (p[0].revents) {
+        auto f = ch_.Receive();
+        if (!f.ok()) Exit("scheduler channel closed");
+        if (f->type == static_cast<uint16_t>(MsgType::kRun) && !run_sent) {
+          RunMsg run;
+          if (!Decode(f->payload, &run).ok() || run.generation != gen_) continue;
+          Status s = cgroup_.SetLimits(run.memory_bytes, run.pids);
+          if (!s.ok()) LogWarn("cgroup limits", {{"error", s.message()}});
+          (void)cgroup_.ResetPeak();
+          if (auto st = cgroup_.Read(); st.ok()) base = *st;
+          cpu_limit_us = run.cpu_time_ms * 1000;
+          uint32_t len = static_cast<uint32_t>(f->payload.size());
+          std::string framed(reinterpret_cast<const char*>(&len), sizeof len);
+          framed += f->payload;
+          // The stub is blocked reading; a write error means it died, which the pidfd reports.
+          (void)WriteAll(sb_.stub.get(), framed.data(), framed.size());
+          run_sent = true;
+        } else if (f->type == static_cast<uint16_t>(MsgType::kKill)) {
+          GenerationMsg k;
+          if (Decode(f->payload, &k).ok() && k.generation == gen_) {
+            killed = true;
+            KillSandbox(sb_);
+          }
+        }
+      }
+      if (p[2].revents) {
+        char tag;
+        ssize_t r = ::read(sb_.stub.get(), &tag, 1);
+        if (r == 1 && tag == 'E') {
+          have_exec_error = ReadExact(sb_.stub.get(), &exec_error, sizeof exec_error).ok();
+        } else if (r == 0 && !have_exec_error && !started) {
+          started = true;
+          exec_at = MonotonicUs();
+          Send(MsgType::kStarted, Encode(GenerationMsg{gen_}));
+        }
+        if (r <= 0 || have_exec_error) sb_.stub.reset();
+        run_sent = sb_.stub.valid() && run_sent;
+      }
+      if (p[1].revents) {
+        exec_end = MonotonicUs();
+        siginfo_t info = {};
+        ::waitid(P_PIDFD, static_cast<id_t>(sb_.pidfd.get()), &info, WEXITED);
+        break;
+      }
+    }
+    ExitedMsg ex;
+    ex.generation = gen_;
+    ex.started = started;
+    ex.killed = killed;
+    ex.cpu_limit = cpu_limit;
+    if (have_exec_error) {
+      ex.exec_errno = exec_error.err;
+      ex.exec_stage = std::string(exec_error.stage, strnlen(exec_error.stage, sizeof exec_error.stage));
+    }
+    std::string report;
+    char buf[256];
+    SetNonBlocking(sb_.status.get()).ok();
+    for (ssize_t r; (r = ::read(sb_.status.get(), buf, sizeof buf)) > 0;) report.append(buf, static_cast<size_t>(r));
+    if (report.size() >= 1 + sizeof(InitReport) && report[0] == 'S') {
+      InitReport ir;
+      std::memcpy(&ir, report.data() + 1, sizeof ir);
+      ex.have_status = true;
+      ex.wait_status = ir.wait_status;
+      ex.disk_full = ir.disk_full != 0;
+    }
+    if (auto st = cgroup_.Read(); st.ok()) {
+      ex.cpu_time_us = st->cpu_usage_us - base.cpu_usage_us;
+      ex.peak_memory_bytes = st->peak_memory_bytes;
+      ex.oom_kills = st->oom_kills - base.oom_kills;
+      ex.pids_max_hits = st->pids_max_hits - base.pids_max_hits;
+    }
+    if (started) ex.exec_time_us = static_cast<uint64_t>(exec_end - exec_at);
+    sb_ = Sandbox();
+    Send(MsgType::kExited, Encode(ex));
+  }
+
+  const KeeperArgs& a_;
+  Channel ch_;
+  SlotCgroup cgroup_;
+  SeccompProgram seccomp_;
+  Sandbox sb_;
+  uint64_t gen_ = 0;
+};
+
+}  // namespace
+
+void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
+  SetLogComponent("keeper");
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != args.parent) ::_exit(1);
+  ::signal(SIGCHLD, SIG_DFL);  // the spawner ignores it; we wait for our sandboxes
+  ::signal(SIGPIPE, SIG_IGN);
+  Channel ch(std::move(channel));
+  SlotCgroup cgroup;
+  Status s = SetUpKeeper(args, &cgroup);
+  if (!s.ok()) {
+    LogError("keeper set-up failed", {{"slot", args.slot}, {"error", s.message()}});
+    (void)ch.Send(static_cast<uint16_t>(MsgType::kFailed), Encode(FailedMsg{s.message()}));
+    ::_exit(1);
+  }
+  auto seccomp = BuildSandboxSeccomp();
+  if (!seccomp.ok()) {
+    LogError("seccomp policy failed to build", {{"error", seccomp.status().message()}});
+    (void)ch.Send(static_cast<uint16_t>(MsgType::kFailed), Encode(FailedMsg{seccomp.status().message()}));
+    ::_exit(1);
+  }
+  Keeper k(args, std::move(ch), std::move(cgroup), std::move(seccomp.value()));
+  k.Run();
+}
+
+}  // namespace sandpool

@@ -1,0 +1,157 @@
+#include "worker/messages.h"
+
+#include <msgpack.hpp>
+
+namespace sandpool {
+namespace {
+
+// Field lists in one place per message; MSGPACK_DEFINE_MAP needs members, so mirror structs.
+struct ReadyWire {
+  uint64_t generation, prepare_us;
+  MSGPACK_DEFINE_MAP(generation, prepare_us)
+};
+struct RunWire {
+  uint64_t generation;
+  std::vector<std::string> argv, env;
+  std::string cwd;
+  uint64_t cpu_time_ms, memory_bytes, pids, file_size_bytes, open_files;
+  MSGPACK_DEFINE_MAP(generation, argv, env, cwd, cpu_time_ms, memory_bytes, pids, file_size_bytes,
+                     open_files)
+};
+struct ExitedWire {
+  uint64_t generation;
+  bool have_status;
+  int32_t wait_status, exec_errno;
+  std::string exec_stage;
+  bool started, killed, cpu_limit;
+  uint64_t cpu_time_us, peak_memory_bytes, oom_kills, pids_max_hits;
+  bool disk_full;
+  uint64_t exec_time_us;
+  MSGPACK_DEFINE_MAP(generation, have_status, wait_status, exec_errno, exec_stage, started, killed,
+                     cpu_limit, cpu_time_us, peak_memory_bytes, oom_kills, pids_max_hits,
+                     disk_full, exec_time_us)
+};
+struct GenerationWire {
+  uint64_t generation;
+  MSGPACK_DEFINE_MAP(generation)
+};
+struct FailedWire {
+  std::string message;
+  MSGPACK_DEFINE_MAP(message)
+};
+struct SpawnKeeperWire {
+  uint32_t slot;
+  MSGPACK_DEFINE_MAP(slot)
+};
+struct KeeperWire {
+  uint32_t slot;
+  int32_t pid;
+  MSGPACK_DEFINE_MAP(slot, pid)
+};
+
+template <typename W>
+std::string Pack(const W& w) {
+  msgpack::sbuffer buf;
+  msgpack::pack(buf, w);
+  return std::string(buf.data(), buf.size());
+}
+
+template <typename W>
+Status Unpack(std::string_view in, W* w) {
+  try {
+    msgpack::object_handle oh = msgpack::unpack(in.data(), in.size());
+    oh.get().convert(*w);
+  } catch (const std::exception& e) {
+    return Status::Error(std::string("bad internal message: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string Encode(const ReadyMsg& m) { return Pack(ReadyWire{m.generation, m.prepare_us}); }
+Status Decode(std::string_view in, ReadyMsg* m) {
+  ReadyWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  *m = {w.generation, w.prepare_us};
+  return Status::Ok();
+}
+
+std::string Encode(const RunMsg& m) {
+  return Pack(RunWire{m.generation, m.argv, m.env, m.cwd, m.cpu_time_ms, m.memory_bytes, m.pids,
+                      m.file_size_bytes, m.open_files});
+}
+Status Decode(std::string_view in, RunMsg* m) {
+  RunWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  m->generation = w.generation;
+  m->argv = std::move(w.argv);
+  m->env = std::move(w.env);
+  m->cwd = std::move(w.cwd);
+  m->cpu_time_ms = w.cpu_time_ms;
+  m->memory_bytes = w.memory_bytes;
+  m->pids = w.pids;
+  m->file_size_bytes = w.file_size_bytes;
+  m->open_files = w.open_files;
+  return Status::Ok();
+}
+
+std::string Encode(const ExitedMsg& m) {
+  return Pack(ExitedWire{m.generation, m.have_status, m.wait_status, m.exec_errno, m.exec_stage,
+                         m.started, m.killed, m.cpu_limit, m.cpu_time_us, m.peak_memory_bytes,
+                         m.oom_kills, m.pids_max_hits, m.disk_full, m.exec_time_us});
+}
+Status Decode(std::string_view in, ExitedMsg* m) {
+  ExitedWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  m->generation = w.generation;
+  m->have_status = w.have_status;
+  m->wait_status = w.wait_status;
+  m->exec_errno = w.exec_errno;
+  m->exec_stage = std::move(w.exec_stage);
+  m->started = w.started;
+  m->killed = w.killed;
+  m->cpu_limit = w.cpu_limit;
+  m->cpu_time_us = w.cpu_time_us;
+  m->peak_memory_bytes = w.peak_memory_bytes;
+  m->oom_kills = w.oom_kills;
+  m->pids_max_hits = w.pids_max_hits;
+  m->disk_full = w.disk_full;
+  m->exec_time_us = w.exec_time_us;
+  return Status::Ok();
+}
+
+std::string Encode(const GenerationMsg& m) { return Pack(GenerationWire{m.generation}); }
+Status Decode(std::string_view in, GenerationMsg* m) {
+  GenerationWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  m->generation = w.generation;
+  return Status::Ok();
+}
+
+std::string Encode(const FailedMsg& m) { return Pack(FailedWire{m.message}); }
+Status Decode(std::string_view in, FailedMsg* m) {
+  FailedWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  m->message = std::move(w.message);
+  return Status::Ok();
+}
+
+std::string Encode(const SpawnKeeperMsg& m) { return Pack(SpawnKeeperWire{m.slot}); }
+Status Decode(std::string_view in, SpawnKeeperMsg* m) {
+  SpawnKeeperWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  m->slot = w.slot;
+  return Status::Ok();
+}
+
+std::string Encode(const KeeperMsg& m) { return Pack(KeeperWire{m.slot, m.pid}); }
+Status Decode(std::string_view in, KeeperMsg* m) {
+  KeeperWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  m->slot = w.slot;
+  m->pid = w.pid;
+  return Status::Ok();
+}
+
+}  // namespace sandpool

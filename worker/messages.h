@@ -1,0 +1,98 @@
+// Messages between the scheduler, the spawner and the keepers (frame types and payloads for
+// worker/channel.h). Payloads are msgpack maps; both ends are this binary, so there is no
+// versioning beyond the frame type. Decoding never throws: a bad payload is an error Status.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sandpool {
+
+enum class MsgType : uint16_t {
+  // keeper -> scheduler
+  kReady = 1,    // a sandbox is prepared; fds: stdin write end, stdout read end, stderr read end
+  kStarted = 2,  // the job's exec succeeded
+  kExited = 3,   // the sandbox is gone; accounting attached
+  kFailed = 4,   // preparing a sandbox failed (the keeper retries with backoff)
+  // scheduler -> keeper
+  kRun = 10,     // run this job in the prepared sandbox
+  kKill = 11,    // kill the sandbox of this generation now
+  // scheduler <-> spawner
+  kSpawnKeeper = 20,  // scheduler -> spawner: start the keeper of a slot
+  kKeeper = 21,       // spawner -> scheduler: a keeper started; fd: the scheduler's channel end
+};
+
+struct ReadyMsg {
+  uint64_t generation = 0;  // counts sandboxes of this slot; echoed in Run/Kill/Exited
+  uint64_t prepare_us = 0;  // time to prepare this sandbox
+};
+
+// Everything the sandbox needs to start a job. The keeper applies the cgroup parts and passes
+// the same bytes to the stub, which applies rlimits and execs.
+struct RunMsg {
+  uint64_t generation = 0;
+  std::vector<std::string> argv;  // argv[0] is searched in PATH when it contains no '/'
+  std::vector<std::string> env;   // "NAME=value"
+  std::string cwd;
+  uint64_t cpu_time_ms = 0;       // 0: no CPU-time limit
+  uint64_t memory_bytes = 0;      // 0: keep the slot's default
+  uint64_t pids = 0;              // 0: keep the slot's default
+  uint64_t file_size_bytes = 0;   // RLIMIT_FSIZE; 0: keep the default
+  uint64_t open_files = 0;        // RLIMIT_NOFILE; 0: keep the default
+};
+
+struct ExitedMsg {
+  uint64_t generation = 0;
+  bool have_status = false;  // init reported the main process's wait status
+  int32_t wait_status = 0;   // as from waitpid()
+  int32_t exec_errno = 0;    // non-zero: the stub could not exec (see exec_stage)
+  std::string exec_stage;    // "cwd", "exec", "seccomp", ...
+  bool started = false;      // the exec happened
+  bool killed = false;       // the keeper killed the sandbox (scheduler asked, or a limit)
+  bool cpu_limit = false;    // the keeper killed it for the CPU-time limit
+  uint64_t cpu_time_us = 0;
+  uint64_t peak_memory_bytes = 0;
+  uint64_t oom_kills = 0;    // OOM kills in the sandbox's cgroup during the job
+  uint64_t pids_max_hits = 0;  // forks refused by the pids limit during the job
+  bool disk_full = false;    // /work or /tmp had no space or inodes left when the job ended
+  uint64_t exec_time_us = 0;  // from exec to the main process's end (keeper's clock)
+};
+
+// Started (keeper -> scheduler) and Kill (scheduler -> keeper) carry only the generation.
+struct GenerationMsg {
+  uint64_t generation = 0;
+};
+
+struct FailedMsg {
+  std::string message;
+};
+
+struct SpawnKeeperMsg {
+  uint32_t slot = 0;
+};
+
+struct KeeperMsg {
+  uint32_t slot = 0;
+  int32_t pid = 0;
+};
+
+std::string Encode(const ReadyMsg& m);
+std::string Encode(const RunMsg& m);
+std::string Encode(const ExitedMsg& m);
+std::string Encode(const GenerationMsg& m);
+std::string Encode(const FailedMsg& m);
+std::string Encode(const SpawnKeeperMsg& m);
+std::string Encode(const KeeperMsg& m);
+Status Decode(std::string_view in, ReadyMsg* m);
+Status Decode(std::string_view in, RunMsg* m);
+Status Decode(std::string_view in, ExitedMsg* m);
+Status Decode(std::string_view in, GenerationMsg* m);
+Status Decode(std::string_view in, FailedMsg* m);
+Status Decode(std::string_view in, SpawnKeeperMsg* m);
+Status Decode(std::string_view in, KeeperMsg* m);
+
+}  // namespace sandpool

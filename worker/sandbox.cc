@@ -1,0 +1,348 @@
+#include "worker/sandbox.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/securebits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "worker/cgroup.h"
+#include "worker/messages.h"
+#include "worker/rootfs.h"
+#include "worker/seccomp/seccomp_policy.h"
+
+namespace sandpool {
+namespace {
+
+// struct clone_args of clone3(2), spelled out to avoid <linux/sched.h> clashing with <sched.h>.
+struct CloneArgs {
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+      set_tid_size, cgroup;
+};
+constexpr uint64_t kCloneIntoCgroup = 0x200000000ULL;
+
+constexpr uid_t kJobId = 1000;
+constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
+
+// Failures inside init and the stub are reported to the keeper, never logged: their stderr is
+// not the host's.
+[[noreturn]] void InitFail(int status_fd, const std::string& what) {
+  std::string msg = "F" + what;
+  (void)!::write(status_fd, msg.data(), msg.size());
+  ::_exit(1);
+}
+
+[[noreturn]] void StubExecFail(int sock, int err, const char* stage, int code) {
+  ExecError e{};
+  e.err = err;
+  std::strncpy(e.stage, stage, sizeof e.stage - 1);
+  char buf[1 + sizeof e];
+  buf[0] = 'E';
+  std::memcpy(buf + 1, &e, sizeof e);
+  (void)!::write(sock, buf, sizeof buf);
+  ::_exit(code);
+}
+
+// Moves `fds` to 3, 4, ... in order and closes every other fd above 2.
+void ArrangeFds(std::vector<int> fds) {
+  for (int& fd : fds) fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 100);
+  int next = 3;
+  for (int fd : fds) {
+    ::dup3(fd, next, O_CLOEXEC);
+    ++next;
+  }
+  ::syscall(SYS_close_range, next, ~0U, 0);
+}
+
+void ResetSignals() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  }
+  sigset_t all;
+  sigemptyset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+}
+
+void SetLimit(int resource, uint64_t soft, uint64_t hard) {
+  struct rlimit rl = {static_cast<rlim_t>(soft), static_cast<rlim_t>(hard)};
+  ::setrlimit(resource, &rl);
+}
+
+// The job's identity: sandbox uid/gid 1000, no capabilities in any set, no way back to root.
+bool DropPrivileges() {
+  if (::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP_LOCKED |
+                                     SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+                                     SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) != 0) {
+    return false;
+  }
+  for (int cap = 0; cap <= 63; ++cap) {
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return false;
+  }
+  ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  if (::setresgid(kJobId, kJobId, kJobId) != 0) return false;
+  if (::setresuid(kJobId, kJobId, kJobId) != 0) return false;
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capset, &hdr, data) != 0) return false;
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0;
+}
+
+std::string EnvValue(const std::vector<std::string>& env, std::string_view name) {
+  for (const std::string& e : env) {
+    if (e.size() > name.size() && e.compare(0, name.size(), name) == 0 && e[name.size()] == '=') {
+      return e.substr(name.size() + 1);
+    }
+  }
+  return {};
+}
+
+// The stub: fd 0-2 are the job's stdio, fd 3 the stub socket.
+[[noreturn]] void StubMain(const SandboxConfig& config, const SeccompProgram* seccomp) {
+  const int sock = 3;
+  if (::setsid() < 0) StubExecFail(sock, errno, "setsid", 126);
+  if (!DropPrivileges()) StubExecFail(sock, errno, "privileges", 126);
+  SetLimit(RLIMIT_NOFILE, config.open_files, config.open_files);
+  SetLimit(RLIMIT_FSIZE, config.file_size_bytes, config.file_size_bytes);
+  SetLimit(RLIMIT_CORE, 0, 0);
+  SetLimit(RLIMIT_MEMLOCK, 64 << 10, 64 << 10);
+  SetLimit(RLIMIT_NPROC, config.cgroup.pids, config.cgroup.pids);
+  ResetSignals();
+  if (::write(sock, "R", 1) != 1) ::_exit(125);
+
+  uint32_t len = 0;
+  if (!ReadExact(sock, &len, sizeof len).ok()) ::_exit(0);  // the keeper gave up on us
+  std::string payload(len, '\0');
+  if (!ReadExact(sock, payload.data(), len).ok()) ::_exit(0);
+  RunMsg run;
+  if (!Decode(payload, &run).ok() || run.argv.empty()) StubExecFail(sock, EINVAL, "spec", 126);
+
+  if (run.cpu_time_ms > 0) {
+    // SIGXCPU at the soft limit, SIGKILL a second later; the keeper also watches the cgroup.
+    uint64_t s = (run.cpu_time_ms + 999) / 1000;
+    SetLimit(RLIMIT_CPU, s, s + 1);
+  }
+  if (run.file_size_bytes > 0) SetLimit(RLIMIT_FSIZE, run.file_size_bytes, run.file_size_bytes);
+  if (run.open_files > 0) SetLimit(RLIMIT_NOFILE, run.open_files, run.open_files);
+  if (::chdir(run.cwd.empty() ? "/work" : run.cwd.c_str()) != 0) StubExecFail(sock, errno, "cwd", 126);
+
+  std::vector<char*> argv, envp;
+  for (std::string& a : run.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (std::string& e : run.env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  // Candidate paths are built before seccomp so the filter sees only execve attempts.
+  std::vector<std::string> candidates;
+  if (run.argv[0].find('/') != std::string::npos) {
+    candidates.push_back(run.argv[0]);
+  } else {
+    std::string path = EnvValue(run.env, "PATH");
+    if (path.empty()) path = kDefaultPath;
+    size_t start = 0;
+    while (start <= path.size()) {
+      size_t end = path.find(':', start);
+      if (end == std::string::npos) end = path.size();
+      std::string dir = path.substr(start, end - start);
+      candidates.push_back((dir.empty() ? "." : dir) + "/" + run.argv[0]);
+      start = end + 1;
+    }
+  }
+  if (seccomp != nullptr) {
+    int err = LoadSeccompProgram(*seccomp);
+    if (err != 0) StubExecFail(sock, err, "seccomp", 126);
+  }
+  int first_err = ENOENT;
+  for (const std::string& c : candidates) {
+    ::execve(c.c_str(), argv.data(), envp.data());
+    // Like execvp: remember a permission problem, keep looking past missing files.
+    if (errno != ENOENT && errno != ENOTDIR) first_err = first_err == ENOENT ? errno : first_err;
+    if (errno != ENOENT && errno != ENOTDIR && errno != EACCES) break;
+  }
+  StubExecFail(sock, first_err, "exec", first_err == ENOENT ? 127 : 126);
+}
+
+// init, pid 1 of the sandbox. Fds: 3 sync (read), 4 status (write), 5 stub socket,
+// 6 stdin read end, 7 stdout write end, 8 stderr write end.
+[[noreturn]] void InitMain(const SandboxConfig& config, const SeccompProgram* seccomp) {
+  const int sync_fd = 3, status_fd = 4;
+  char go;
+  if (::read(sync_fd, &go, 1) != 1) ::_exit(1);  // the keeper died before writing our maps
+  // Become sandbox root (host_id_base+2n): until now our host uid was still 0.
+  if (::setresgid(0, 0, 0) != 0 || ::setresuid(0, 0, 0) != 0) InitFail(status_fd, "setresuid: " + std::string(std::strerror(errno)));
+  // The parent-death signal is reset by credential changes, so it is set after them; if the
+  // keeper is already gone, the sync pipe has hung up.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::prctl(PR_SET_DUMPABLE, 0);
+  struct pollfd p = {sync_fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR))) ::_exit(1);
+  if (::sethostname(config.hostname.data(), config.hostname.size()) != 0) {
+    InitFail(status_fd, "sethostname: " + std::string(std::strerror(errno)));
+  }
+  Status s = MountSandboxFilesystems(config);
+  if (!s.ok()) InitFail(status_fd, s.message());
+  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  pid_t stub = ::fork();
+  if (stub < 0) InitFail(status_fd, "fork stub: " + std::string(std::strerror(errno)));
+  if (stub == 0) {
+    ::dup2(6, 0);
+    ::dup2(7, 1);
+    ::dup2(8, 2);
+    ArrangeFds({5});
+    StubMain(config, seccomp);
+  }
+  // init keeps none of the job's fds (the pipes must reach EOF when the job's processes die)
+  // and none of the host's (its stdio was the keeper's).
+  for (int fd = 0; fd < 3; ++fd) ::dup2(devnull, fd);
+  for (int fd = 5; fd <= 8; ++fd) ::close(fd);
+  for (;;) {
+    int st = 0;
+    pid_t pid = ::waitpid(-1, &st, __WALL);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      InitFail(status_fd, "stub vanished");
+    }
+    if (pid != stub) continue;  // reap orphans of the job
+    InitReport r{};
+    r.wait_status = st;
+    for (const char* dir : {"/work", "/tmp", "/var/tmp", "/dev/shm"}) {
+      struct statvfs v;
+      if (::statvfs(dir, &v) == 0 && (v.f_bavail == 0 || v.f_favail == 0)) r.disk_full = 1;
+    }
+    char buf[1 + sizeof r];
+    buf[0] = 'S';
+    std::memcpy(buf + 1, &r, sizeof r);
+    (void)!::write(status_fd, buf, sizeof buf);
+    ::_exit(0);  // the kernel now kills everything left in the pid namespace
+  }
+}
+
+Status WriteProcFile(pid_t pid, const char* name, const std::string& value) {
+  std::string path = "/proc/" + std::to_string(pid) + "/" + name;
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return ErrnoStatus("open " + path);
+  if (::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
+    return ErrnoStatus("write " + path);
+  }
+  return Status::Ok();
+}
+
+// Reads what init wrote on the status pipe after it exited; empty if nothing.
+std::string DrainStatus(int fd) {
+  std::string out;
+  char buf[512];
+  SetNonBlocking(fd).ok();
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+}  // namespace
+
+void KillSandbox(const Sandbox& sb) {
+  if (sb.pidfd) ::syscall(SYS_pidfd_send_signal, sb.pidfd.get(), SIGKILL, nullptr, 0);
+}
+
+Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, const SlotCgroup& cgroup,
+                               const SeccompProgram* seccomp) {
+  auto sync = MakePipe();
+  auto status = MakePipe();
+  auto in = MakePipe();
+  auto out = MakePipe();
+  auto err = MakePipe();
+  auto stub = MakeSocketPair(SOCK_STREAM);
+  for (const Status* s : {&sync.status(), &status.status(), &in.status(), &out.status(), &err.status(), &stub.status()}) {
+    if (!s->ok()) return *s;
+  }
+
+  int pidfd = -1;
+  CloneArgs args{};
+  args.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS |
+               CLONE_NEWCGROUP | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  if (cgroup.clone_fd() >= 0) {
+    args.flags |= kCloneIntoCgroup;
+    args.cgroup = static_cast<uint64_t>(cgroup.clone_fd());
+  }
+  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid < 0) return ErrnoStatus("clone3");
+  if (pid == 0) {
+    ArrangeFds({sync->read.get(), status->write.get(), stub->b.get(), in->read.get(),
+                out->write.get(), err->write.get()});
+    InitMain(config, seccomp);
+  }
+
+  Sandbox sb;
+  sb.init_pid = static_cast<pid_t>(pid);
+  sb.pidfd.reset(pidfd);
+  sb.stub = std::move(stub->a);
+  sb.status = std::move(status->read);
+  sb.sync = std::move(sync->write);
+  sb.stdin_w = std::move(in->write);
+  sb.stdout_r = std::move(out->read);
+  sb.stderr_r = std::move(err->read);
+  // Our copies of the sandbox's ends close here, so EOFs mean what they should.
+  sync->read.reset();
+  status->write.reset();
+  stub->b.reset();
+  in->read.reset();
+  out->write.reset();
+  err->write.reset();
+
+  auto fail = [&](const Status& s) -> Status {
+    KillSandbox(sb);
+    siginfo_t info;
+    ::waitid(P_PIDFD, static_cast<id_t>(sb.pidfd.get()), &info, WEXITED);
+    std::string report = DrainStatus(sb.status.get());
+    if (!report.empty() && report[0] == 'F') return Status::Error("sandbox init: " + report.substr(1));
+    return s;
+  };
+
+  uint32_t root = config.host_id_base + 2 * slot;
+  std::string map = "0 " + std::to_string(root) + " 1\n" + std::to_string(kJobId) + " " +
+                    std::to_string(root + 1) + " 1\n";
+  Status s = WriteProcFile(sb.init_pid, "setgroups", "deny");
+  if (s.ok()) s = WriteProcFile(sb.init_pid, "uid_map", map);
+  if (s.ok()) s = WriteProcFile(sb.init_pid, "gid_map", map);
+  if (s.ok() && ::write(sb.sync.get(), "g", 1) != 1) s = ErrnoStatus("write sync");
+  if (!s.ok()) return fail(s);
+
+  // Wait for the stub's 'R'; init dying first means setup failed.
+  struct pollfd p[2] = {{sb.stub.get(), POLLIN, 0}, {sb.pidfd.get(), POLLIN, 0}};
+  int n;
+  do {
+    n = ::poll(p, 2, 10000);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return fail(Status::Error("sandbox did not become ready within 10 s"));
+  char r = 0;
+  if (!(p[0].revents & POLLIN) || ::read(sb.stub.get(), &r, 1) != 1 || r != 'R') {
+    // The stub may have reported a setup error instead of 'R'.
+    if (r == 'E') {
+      ExecError e{};
+      (void)ReadExact(sb.stub.get(), &e, sizeof e);
+      return fail(Status::Error(std::string("sandbox stub: ") + e.stage + ": " + std::strerror(e.err)));
+    }
+    return fail(Status::Error("sandbox exited during setup"));
+  }
+  return sb;
+}
+
+}  // namespace sandpool

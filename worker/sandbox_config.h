@@ -1,0 +1,31 @@
+// What a sandbox looks like: identities, filesystem sizes, limits. Filled from the daemon's
+// configuration; copied into the spawner and keepers at fork time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/cgroup.h"
+
+namespace sandpool {
+
+struct SandboxConfig {
+  // Host ids: slot n maps sandbox uid/gid 0 to host_id_base + 2n and sandbox uid/gid 1000 (the
+  // job's user) to host_id_base + 2n + 1. Never 0; distinct per slot.
+  uint32_t host_id_base = 200000;
+  std::string hostname = "sandbox";
+  uint64_t work_bytes = 256ull << 20;   // tmpfs /work (the job's cwd)
+  uint64_t tmp_bytes = 64ull << 20;     // tmpfs /tmp
+  uint64_t shm_bytes = 16ull << 20;     // tmpfs /dev/shm
+  uint64_t inodes = 65536;              // per tmpfs
+  uint64_t open_files = 1024;           // RLIMIT_NOFILE
+  uint64_t file_size_bytes = 256ull << 20;  // RLIMIT_FSIZE
+  uint64_t cpu_time_ms = 0;             // default CPU-time limit (0: none beyond the timeout)
+  CgroupLimits cgroup;
+  // Host directories bound read-only at the same path (merged-/usr symlinks such as /bin are
+  // recreated as symlinks). /etc is synthesized; see rootfs.cc for what it contains.
+  std::vector<std::string> ro_dirs = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
+};
+
+}  // namespace sandpool

@@ -1,0 +1,78 @@
+#include "worker/spawner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "worker/channel.h"
+#include "worker/keeper.h"
+#include "worker/messages.h"
+
+namespace sandpool {
+namespace {
+
+[[noreturn]] void SpawnerMain(const SandboxConfig& config, const CgroupLayout& layout, pid_t daemon,
+                              UniqueFd fd) {
+  SetLogComponent("spawner");
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != daemon) ::_exit(1);
+  ::signal(SIGCHLD, SIG_IGN);
+  ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGTERM, SIG_DFL);
+  ::signal(SIGINT, SIG_IGN);  // a terminal's ^C goes to the daemon, which shuts us down
+  // Keep only stdio and our channel: the daemon may have opened other things before forking us.
+  int keep = ::fcntl(fd.release(), F_DUPFD_CLOEXEC, 3);
+  ::dup3(keep, 3, O_CLOEXEC);
+  ::syscall(SYS_close_range, 4, ~0U, 0);
+  Channel ch{UniqueFd(3)};
+  for (;;) {
+    auto f = ch.Receive();
+    if (!f.ok()) ::_exit(0);
+    if (f->type != static_cast<uint16_t>(MsgType::kSpawnKeeper)) continue;
+    SpawnKeeperMsg req;
+    if (!Decode(f->payload, &req).ok()) continue;
+    auto pair = MakeSocketPair(SOCK_STREAM);
+    if (!pair.ok()) {
+      LogError("socketpair for keeper", {{"error", pair.status().message()}});
+      continue;
+    }
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      LogError("fork keeper", {{"error", ErrnoStatus("fork").message()}});
+      continue;
+    }
+    if (pid == 0) {
+      KeeperArgs args{req.slot, ::getppid(), config, layout};
+      ch.Close();  // the daemon's spawner channel is not the keeper's business; frees fd 3
+      pair->b.reset();
+      ::dup3(pair->a.get(), 3, O_CLOEXEC);
+      ::syscall(SYS_close_range, 4, ~0U, 0);
+      (void)pair->a.release();  // closed by close_range above
+      KeeperMain(args, UniqueFd(3));
+    }
+    pair->a.reset();
+    Status s = ch.Send(static_cast<uint16_t>(MsgType::kKeeper), Encode(KeeperMsg{req.slot, pid}), {pair->b.get()});
+    if (!s.ok()) ::_exit(0);
+  }
+}
+
+}  // namespace
+
+Result<SpawnerHandle> StartSpawner(const SandboxConfig& config, const CgroupLayout& layout) {
+  auto pair = MakeSocketPair(SOCK_STREAM);
+  if (!pair.ok()) return pair.status();
+  pid_t daemon = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return ErrnoStatus("fork spawner");
+  if (pid == 0) {
+    pair->a.reset();
+    SpawnerMain(config, layout, daemon, std::move(pair->b));
+  }
+  return SpawnerHandle{pid, std::move(pair->a)};
+}
+
+}  // namespace sandpool

@@ -1,0 +1,30 @@
+// The spawner: a single-threaded process forked by sandpoold before it creates any thread,
+// whose only job is to fork keepers on request. Forking from a process with threads is unsafe
+// (locks held by other threads stay locked in the child), so nothing that forks lives in the
+// daemon itself.
+//
+// The daemon asks with SpawnKeeper(slot); the spawner forks the keeper and answers Keeper(slot,
+// pid) with the daemon's end of a new channel to it. Keepers are reaped automatically (SIGCHLD
+// ignored); a dead keeper shows up as EOF on its channel. The spawner exits when the daemon's
+// channel closes and dies with the daemon (PDEATHSIG).
+#pragma once
+
+#include <sys/types.h>
+
+#include "common/fd.h"
+#include "common/status.h"
+#include "worker/cgroup.h"
+#include "worker/sandbox_config.h"
+
+namespace sandpool {
+
+struct SpawnerHandle {
+  pid_t pid = -1;
+  UniqueFd channel;  // the daemon's end
+};
+
+// Forks the spawner. Call before any thread exists. The child keeps only its channel (and
+// stderr for logs).
+Result<SpawnerHandle> StartSpawner(const SandboxConfig& config, const CgroupLayout& layout);
+
+}  // namespace sandpool

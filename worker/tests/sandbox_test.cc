@@ -1,0 +1,221 @@
+// Real sandboxes, created through the spawner and a keeper exactly as the daemon does it, without
+// Redis. Needs root (namespaces, cgroups).
+#include <dirent.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "worker/channel.h"
+#include "worker/messages.h"
+#include "worker/spawner.h"
+
+namespace sandpool {
+namespace {
+
+struct JobRun {
+  ExitedMsg exited;
+  std::string out, err;
+  bool got_started = false;
+};
+
+class SandboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+    instance_ = "sandpool-test-" + std::to_string(::getpid());
+    auto layout = SetUpCgroups("auto", instance_, false);
+    ASSERT_TRUE(layout.ok()) << layout.status().message();
+    layout_ = *layout;
+    config_.host_id_base = 300000;
+    auto sp = StartSpawner(config_, layout_);
+    ASSERT_TRUE(sp.ok()) << sp.status().message();
+    spawner_pid_ = sp->pid;
+    spawner_ = Channel(std::move(sp->channel));
+    ASSERT_TRUE(spawner_.Send(static_cast<uint16_t>(MsgType::kSpawnKeeper), Encode(SpawnKeeperMsg{0})).ok());
+    auto f = spawner_.Receive();
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    ASSERT_EQ(f->type, static_cast<uint16_t>(MsgType::kKeeper));
+    ASSERT_EQ(f->fds.size(), 1u);
+    keeper_ = Channel(std::move(f->fds[0]));
+  }
+
+  void TearDown() override {
+    keeper_.Close();
+    spawner_.Close();
+    if (spawner_pid_ > 0) ::waitpid(spawner_pid_, nullptr, 0);
+    // Keepers die with their channel; their slot cgroups empty out shortly after.
+    for (const auto& [ctrl, dir] : layout_.instance_dirs) {
+      for (int i = 0; i < 200; ++i) {
+        std::string slot = dir + "/slot-0";
+        if ((::rmdir(slot.c_str()) == 0 || errno == ENOENT) && (::rmdir(dir.c_str()) == 0 || errno == ENOENT)) break;
+        ::usleep(10000);
+      }
+    }
+  }
+
+  // Waits for Ready and returns the generation; fills the stdio fds.
+  uint64_t WaitReady() {
+    for (;;) {
+      auto f = keeper_.Receive();
+      EXPECT_TRUE(f.ok()) << f.status().message();
+      if (!f.ok()) return 0;
+      if (f->type == static_cast<uint16_t>(MsgType::kFailed)) {
+        FailedMsg m;
+        (void)Decode(f->payload, &m);
+        ADD_FAILURE() << "sandbox failed: " << m.message;
+        return 0;
+      }
+      if (f->type != static_cast<uint16_t>(MsgType::kReady)) continue;
+      ReadyMsg r;
+      EXPECT_TRUE(Decode(f->payload, &r).ok());
+      EXPECT_EQ(f->fds.size(), 3u);
+      stdin_ = std::move(f->fds[0]);
+      stdout_ = std::move(f->fds[1]);
+      stderr_ = std::move(f->fds[2]);
+      return r.generation;
+    }
+  }
+
+  JobRun Run(std::vector<std::string> argv, const std::string& stdin_data = "", bool kill_after_start = false) {
+    JobRun jr;
+    uint64_t gen = WaitReady();
+    if (gen == 0) return jr;
+    RunMsg run;
+    run.generation = gen;
+    run.argv = std::move(argv);
+    run.env = {"PATH=/usr/bin:/bin", "HOME=/work"};
+    run.cwd = "/work";
+    EXPECT_TRUE(keeper_.Send(static_cast<uint16_t>(MsgType::kRun), Encode(run)).ok());
+    if (!stdin_data.empty()) {
+      EXPECT_TRUE(WriteAll(stdin_.get(), stdin_data.data(), stdin_data.size()).ok());
+    }
+    stdin_.reset();
+    for (;;) {
+      auto f = keeper_.Receive();
+      EXPECT_TRUE(f.ok());
+      if (!f.ok()) return jr;
+      if (f->type == static_cast<uint16_t>(MsgType::kStarted)) {
+        jr.got_started = true;
+        if (kill_after_start) {
+          EXPECT_TRUE(keeper_.Send(static_cast<uint16_t>(MsgType::kKill), Encode(GenerationMsg{gen})).ok());
+        }
+      }
+      if (f->type == static_cast<uint16_t>(MsgType::kExited)) {
+        EXPECT_TRUE(Decode(f->payload, &jr.exited).ok());
+        break;
+      }
+    }
+    jr.out = ReadAll(stdout_.get());
+    jr.err = ReadAll(stderr_.get());
+    return jr;
+  }
+
+  static std::string ReadAll(int fd) {
+    std::string s;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) s.append(buf, static_cast<size_t>(n));
+    return s;
+  }
+
+  // Host processes whose real uid is `uid`.
+  static int CountProcessesOfUid(uid_t uid) {
+    int count = 0;
+    DIR* d = ::opendir("/proc");
+    while (struct dirent* e = ::readdir(d)) {
+      struct stat st;
+      std::string p = std::string("/proc/") + e->d_name;
+      if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && ::stat(p.c_str(), &st) == 0 && st.st_uid == uid) ++count;
+    }
+    ::closedir(d);
+    return count;
+  }
+
+  std::string instance_;
+  CgroupLayout layout_;
+  SandboxConfig config_;
+  pid_t spawner_pid_ = -1;
+  Channel spawner_, keeper_;
+  UniqueFd stdin_, stdout_, stderr_;
+};
+
+TEST_F(SandboxTest, RunsShellWithOutputAndExitCode) {
+  JobRun r = Run({"/bin/sh", "-c", "echo out; echo err >&2; exit 3"});
+  EXPECT_TRUE(r.got_started);
+  ASSERT_TRUE(r.exited.have_status);
+  EXPECT_TRUE(WIFEXITED(r.exited.wait_status));
+  EXPECT_EQ(WEXITSTATUS(r.exited.wait_status), 3);
+  EXPECT_EQ(r.out, "out\n");
+  EXPECT_EQ(r.err, "err\n");
+  EXPECT_FALSE(r.exited.killed);
+}
+
+TEST_F(SandboxTest, StdinReachesTheJobAndPathIsSearched) {
+  JobRun r = Run({"cat"}, "hello stdin");
+  EXPECT_EQ(r.out, "hello stdin");
+}
+
+TEST_F(SandboxTest, JobIsUnprivilegedInItsOwnNamespaces) {
+  JobRun r = Run({"/bin/sh", "-c",
+                  "id -u; id -g; hostname; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; "
+                  "ls /proc | grep -c '^[0-9]'; ls /sys 2>&1 | head -1; cat /proc/net/dev | grep -c ':'"});
+  EXPECT_EQ(r.out.substr(0, 5), "1000\n");
+  EXPECT_NE(r.out.find("\n1000\nsandbox\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CapEff:\t0000000000000000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CapBnd:\t0000000000000000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NoNewPrivs:\t1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Seccomp:\t2"), std::string::npos) << r.out;
+  // Only loopback in the network namespace.
+  EXPECT_EQ(r.out.substr(r.out.size() - 2), "1\n") << r.out;
+}
+
+TEST_F(SandboxTest, RootIsMinimalAndReadOnly) {
+  JobRun r = Run({"/bin/sh", "-c",
+                  "ls /; touch /usr/x 2>/dev/null && echo USR-WRITABLE; touch /etc/x 2>/dev/null && echo ETC-WRITABLE;"
+                  " test -e /etc/shadow && echo SHADOW; echo ok > /work/f && cat /work/f; pwd"});
+  EXPECT_EQ(r.out.find("WRITABLE"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("SHADOW"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("home"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ok\n/work\n"), std::string::npos) << r.out;
+}
+
+TEST_F(SandboxTest, BackgroundProcessesDieWithTheJob) {
+  uid_t job_uid = config_.host_id_base + 1;
+  JobRun r = Run({"/bin/sh", "-c", "(setsid sleep 1000 &) ; nohup sleep 1000 >/dev/null 2>&1 & echo started"});
+  EXPECT_EQ(r.out, "started\n");
+  EXPECT_EQ(CountProcessesOfUid(job_uid), 0);
+  // And the slot serves the next job.
+  JobRun again = Run({"/bin/echo", "next"});
+  EXPECT_EQ(again.out, "next\n");
+}
+
+TEST_F(SandboxTest, KillEndsARunningJob) {
+  JobRun r = Run({"/bin/sh", "-c", "echo before; exec sleep 1000"}, "", true);
+  EXPECT_TRUE(r.exited.killed);
+  EXPECT_EQ(r.out, "before\n");
+}
+
+TEST_F(SandboxTest, ExecFailureIsReported) {
+  JobRun r = Run({"/no/such/binary"});
+  EXPECT_FALSE(r.exited.started);
+  EXPECT_EQ(r.exited.exec_errno, ENOENT);
+  EXPECT_EQ(r.exited.exec_stage, "exec");
+  ASSERT_TRUE(r.exited.have_status);
+  EXPECT_EQ(WEXITSTATUS(r.exited.wait_status), 127);
+}
+
+TEST_F(SandboxTest, NothingOfOneJobIsVisibleToTheNext) {
+  JobRun a = Run({"/bin/sh", "-c", "echo secret > /work/a; echo secret > /tmp/b; echo s > /dev/shm/c; echo done"});
+  EXPECT_EQ(a.out, "done\n");
+  JobRun b = Run({"/bin/sh", "-c", "ls -A /work /tmp /dev/shm | grep -v : | grep . ; echo end"});
+  EXPECT_EQ(b.out, "end\n");
+}
+
+}  // namespace
+}  // namespace sandpool
