@@ -53,6 +53,8 @@ class [[nodiscard]] Result {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
   const Status& status() const {
     static const Status kOk;
     return ok() ? kOk : std::get<1>(v_);

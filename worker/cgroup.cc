@@ -232,6 +232,9 @@ Result<SlotCgroup> SlotCgroup::Create(const CgroupLayout& layout, uint32_t slot,
     SP_RETURN_IF_ERROR(RemoveTree(dir));
     SP_RETURN_IF_ERROR(MakeDir(dir));
     cg.dirs_[ctrl] = dir;
+    auto fd = std::make_shared<UniqueFd>(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd->valid()) return ErrnoStatus("open " + dir);
+    cg.dir_fds_[ctrl] = fd;
   }
   if (cg.mode_ == CgroupMode::kV2) {
     cg.v2_dir_.reset(::open(cg.dirs_[""].c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -254,20 +257,30 @@ Result<SlotCgroup> SlotCgroup::Create(const CgroupLayout& layout, uint32_t slot,
 }
 
 Status SlotCgroup::WriteFile(const std::string& controller, const char* file, const std::string& value) {
-  auto it = dirs_.find(controller);
-  if (it == dirs_.end()) return Status::Error("cgroup controller not set up: " + controller);
-  return WritePath(it->second + "/" + file, value);
+  auto it = dir_fds_.find(controller);
+  if (it == dir_fds_.end()) return Status::Error("cgroup controller not set up: " + controller);
+  UniqueFd fd(::openat(it->second->get(), file, O_WRONLY | O_CLOEXEC));
+  if (!fd) return ErrnoStatus(std::string("open ") + controller + "/" + file);
+  if (::write(fd.get(), value.data(), value.size()) < 0) {
+    return ErrnoStatus(std::string("write ") + controller + "/" + file + " <- " + value);
+  }
+  return Status::Ok();
 }
 
 Result<std::string> SlotCgroup::ReadFile(const std::string& controller, const char* file) {
-  auto it = dirs_.find(controller);
-  if (it == dirs_.end()) return Status::Error("cgroup controller not set up: " + controller);
-  return ReadPath(it->second + "/" + file);
+  auto it = dir_fds_.find(controller);
+  if (it == dir_fds_.end()) return Status::Error("cgroup controller not set up: " + controller);
+  UniqueFd fd(::openat(it->second->get(), file, O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoStatus(std::string("open ") + controller + "/" + file);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
 }
 
 Status SlotCgroup::AttachSelf() {
   if (mode_ != CgroupMode::kV1) return Status::Ok();
-  for (const auto& [ctrl, dir] : dirs_) SP_RETURN_IF_ERROR(WritePath(dir + "/cgroup.procs", "0"));
+  for (const auto& [ctrl, dir] : dirs_) SP_RETURN_IF_ERROR(WriteFile(ctrl, "cgroup.procs", "0"));
   return Status::Ok();
 }
 

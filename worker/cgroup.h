@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "common/fd.h"
@@ -86,6 +87,9 @@ class SlotCgroup {
 
   CgroupMode mode_ = CgroupMode::kV1;
   std::map<std::string, std::string> dirs_;  // controller -> slot directory ("" on v2)
+  // The same directories as fds: the keeper pivots into the sandbox root after creating its
+  // cgroup, and from then on reaches cgroupfs only through these.
+  std::map<std::string, std::shared_ptr<UniqueFd>> dir_fds_;
   UniqueFd v2_dir_;
   // v2: memory.peak resets per open file (6.12+), so one fd is kept for reset and reads.
   UniqueFd v2_peak_;

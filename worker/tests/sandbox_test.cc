@@ -156,6 +156,24 @@ TEST_F(SandboxTest, RunsShellWithOutputAndExitCode) {
   EXPECT_FALSE(r.exited.killed);
 }
 
+TEST_F(SandboxTest, AccountingComesFromTheCgroup) {
+  JobRun r = Run({"/bin/sh", "-c", "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; echo $i"});
+  EXPECT_EQ(r.out, "30000\n");
+  EXPECT_GT(r.exited.cpu_time_us, 0u);
+  EXPECT_GT(r.exited.peak_memory_bytes, 0u);
+  EXPECT_GT(r.exited.exec_time_us, 0u);
+}
+
+TEST_F(SandboxTest, MemoryAndPidsLimitsAreEnforcedAndReported) {
+  // The slot default is 512 MiB; ask for more than that from one process.
+  JobRun mem = Run({"/usr/bin/python3", "-c", "b = bytearray(900 * 1024 * 1024); print(len(b))"});
+  EXPECT_GT(mem.exited.oom_kills, 0u) << mem.out << mem.err;
+  JobRun pids = Run({"/bin/sh", "-c", "for i in $(seq 400); do sleep 5 & done 2>/dev/null; echo spawned"});
+  EXPECT_GT(pids.exited.pids_max_hits, 0u);
+  JobRun after = Run({"/bin/echo", "fine"});
+  EXPECT_EQ(after.out, "fine\n");
+}
+
 TEST_F(SandboxTest, StdinReachesTheJobAndPathIsSearched) {
   JobRun r = Run({"cat"}, "hello stdin");
   EXPECT_EQ(r.out, "hello stdin");

@@ -1,0 +1,23 @@
+// The CLI's subcommands. Each takes the arguments after its name (global options may appear
+// among them), prints what the user asked for, and returns the process exit status: the job's
+// own status (PROTOCOL.md section 5) where there is a job result, kExitUsage for bad arguments,
+// kExitNotFinished when a result is not there yet, kExitFailure when Redis could not be used.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "clients/cli/job_options.h"
+
+namespace sandpool::cli {
+
+int RunCommand(const std::vector<std::string>& args, GlobalOptions g);
+int SubmitCommand(const std::vector<std::string>& args, GlobalOptions g);
+int ResultCommand(const std::vector<std::string>& args, GlobalOptions g);
+int CancelCommand(const std::vector<std::string>& args, GlobalOptions g);
+int StatusCommand(const std::vector<std::string>& args, GlobalOptions g);
+
+// "sandpool: <message>" on stderr.
+void PrintError(std::string_view message);
+
+}  // namespace sandpool::cli

@@ -1,0 +1,97 @@
+#include "clients/cli/help.h"
+
+#include <string>
+
+namespace sandpool::cli {
+namespace {
+
+constexpr std::string_view kGlobal = R"(
+Global options (anywhere before the command):
+  --redis URL     redis://[user:password@]host:port[/db] or unix:///path[?db=N]
+                  (default: $SANDPOOL_REDIS_URL, else redis://127.0.0.1:6379)
+  --prefix P      key prefix (default: sandpool)
+  --queue Q       queue name (default: default)
+)";
+
+constexpr std::string_view kJobOptions = R"(
+Job options:
+  --timeout SECONDS     wall time limit (decimals allowed); --timeout-ms MS in milliseconds
+  --env NAME=VALUE      set an environment variable (repeatable)
+  --cwd DIR             absolute working directory in the sandbox (default /work)
+  --stdin-file FILE     send FILE as the job's stdin; --stdin sends this process's stdin
+  --max-output BYTES    keep at most BYTES per stream (suffixes k, M, G)
+  --id ID               job id (default: 128 random bits in hex); same id = same job
+  --retries N           re-run up to N times (0..5) if the daemon running it dies
+  --shell 'LINE'        run LINE with /bin/sh -c instead of a command after --
+)";
+
+constexpr std::string_view kTop = R"(usage: sandpool [global options] COMMAND [options]
+
+Commands:
+  run      run a job and stream its output; exits with the job's status
+  submit   queue a job and print its id
+  result   print a finished job's output; exits with the job's status
+  cancel   cancel a queued or running job
+  status   queue and daemon overview, or one job's state
+
+'sandpool COMMAND --help' describes each command.
+)";
+
+constexpr std::string_view kRun = R"(usage: sandpool run [options] -- CMD [ARGS...]
+       sandpool run [options] --shell 'LINE'
+
+Runs the job, writing its stdout and stderr here as it produces them, and exits with its
+status: the exit code; 128+N for signal N; 124 timeout; 130 cancelled; 137 output, memory or
+CPU limit; 159 forbidden system call; 125 when the job could not run (the reason is printed as
+'sandpool: <code>: <message>') or Redis could not be reached; 2 for bad usage.
+
+  --json                print only the final result, as one JSON object
+)";
+
+constexpr std::string_view kSubmit = R"(usage: sandpool submit [options] -- CMD [ARGS...]
+       sandpool submit [options] --shell 'LINE'
+
+Queues the job and prints its id. Fetch the outcome later with 'sandpool result ID'.
+)";
+
+constexpr std::string_view kResult = R"(usage: sandpool result [--wait] [--timeout SECONDS] [--json] ID
+
+Prints the stored result of job ID (stdout and stderr to their streams) and exits with the
+job's status (see 'sandpool run --help'). Without a result yet: prints 'not finished' and
+exits 3, or with --wait waits for it (at most --timeout seconds).
+
+  --json     print the result as one JSON object instead
+)";
+
+constexpr std::string_view kCancel = R"(usage: sandpool cancel ID
+
+Cancels job ID: a queued job never starts, a running one is killed (its output so far is
+kept). A finished job is not affected. Exits 0 once the request is stored.
+)";
+
+constexpr std::string_view kStatus = R"(usage: sandpool status [ID]
+
+Without ID: the queue's length, its consumer group (pending entries, lag) and the live daemons.
+With ID: the job's state fields and whether its result is stored.
+)";
+
+}  // namespace
+
+std::string_view HelpText(std::string_view command) {
+  // Each text is followed by the option lists that apply to it; built once.
+  static const std::string run = std::string(kRun) + std::string(kJobOptions) + std::string(kGlobal);
+  static const std::string submit =
+      std::string(kSubmit) + std::string(kJobOptions) + std::string(kGlobal);
+  static const std::string result = std::string(kResult) + std::string(kGlobal);
+  static const std::string cancel = std::string(kCancel) + std::string(kGlobal);
+  static const std::string status = std::string(kStatus) + std::string(kGlobal);
+  static const std::string top = std::string(kTop) + std::string(kGlobal);
+  if (command == "run") return run;
+  if (command == "submit") return submit;
+  if (command == "result") return result;
+  if (command == "cancel") return cancel;
+  if (command == "status") return status;
+  return top;
+}
+
+}  // namespace sandpool::cli

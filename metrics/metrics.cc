@@ -1,0 +1,203 @@
+#include "metrics/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/text_serializer.h>
+
+#include <cmath>
+#include <exception>
+#include <optional>
+
+#include "common/log.h"
+
+#ifndef SANDPOOL_VERSION
+#define SANDPOOL_VERSION "unknown"
+#endif
+
+namespace sandpool {
+namespace {
+
+// 0.5 ms (a warm sandbox hand-off) to 10 min (the longest job timeout), roughly 1-2.5-5 steps.
+const prometheus::Histogram::BucketBoundaries& Buckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+      1,      2.5,   5,     10,    30,   60,    120,  300, 600};
+  return kBuckets;
+}
+
+template <size_t N>
+std::optional<size_t> IndexOf(const std::array<std::string_view, N>& set, std::string_view v) {
+  for (size_t i = 0; i < N; ++i) {
+    if (set[i] == v) return i;
+  }
+  return std::nullopt;
+}
+
+void Observe(prometheus::Histogram* h, double seconds) {
+  // NaN would poison _sum forever; a negative duration is a clock bug, not a sample.
+  if (h != nullptr && std::isfinite(seconds) && seconds >= 0) h->Observe(seconds);
+}
+
+}  // namespace
+
+Metrics::Metrics() {
+  try {
+    ok_ = Build();
+  } catch (const std::exception& e) {
+    ok_ = false;
+    LogError("metrics registry construction failed", {{"error", e.what()}});
+  }
+}
+
+bool Metrics::Build() {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+
+  received_ = &BuildCounter()
+                   .Name("sandpool_jobs_received_total")
+                   .Help("Stream entries read by this daemon, valid or not (the attempts counter "
+                         "for completed and rejected jobs)")
+                   .Register(registry_)
+                   .Add({});
+
+  auto& completed = BuildCounter()
+                        .Name("sandpool_jobs_completed_total")
+                        .Help("Jobs that ran (or were ended) with a result, by outcome")
+                        .Register(registry_);
+  for (size_t i = 0; i < kOutcomes.size(); ++i) {
+    completed_[i] = &completed.Add({{"outcome", std::string(kOutcomes[i])}});
+  }
+
+  auto& rejected = BuildCounter()
+                       .Name("sandpool_jobs_rejected_total")
+                       .Help("Jobs refused before running because the entry was invalid, by "
+                             "error code")
+                       .Register(registry_);
+  for (size_t i = 0; i < kRejectCodes.size(); ++i) {
+    rejected_[i] = &rejected.Add({{"code", std::string(kRejectCodes[i])}});
+  }
+
+  queue_wait_ = &BuildHistogram()
+                     .Name("sandpool_queue_wait_seconds")
+                     .Help("Time from XADD (stream id) to the job being claimed")
+                     .Register(registry_)
+                     .Add({}, Buckets());
+  run_ = &BuildHistogram()
+              .Name("sandpool_job_run_seconds")
+              .Help("Wall time from RUN to the sandbox's exit")
+              .Register(registry_)
+              .Add({}, Buckets());
+  prepare_ = &BuildHistogram()
+                  .Name("sandpool_sandbox_prepare_seconds")
+                  .Help("Time for a keeper to prepare a fresh sandbox (off the job's path)")
+                  .Register(registry_)
+                  .Add({}, Buckets());
+
+  auto& workers = BuildGauge()
+                      .Name("sandpool_workers")
+                      .Help("Pool slots by state")
+                      .Register(registry_);
+  for (size_t i = 0; i < kWorkerStates.size(); ++i) {
+    workers_[i] = &workers.Add({{"state", std::string(kWorkerStates[i])}});
+  }
+
+  pending_ = &BuildGauge()
+                  .Name("sandpool_queue_pending_entries")
+                  .Help("Entries delivered to the consumer group but not acknowledged (XINFO)")
+                  .Register(registry_)
+                  .Add({});
+  lag_ = &BuildGauge()
+              .Name("sandpool_queue_lag_entries")
+              .Help("Entries in the stream not yet delivered to the consumer group (XINFO)")
+              .Register(registry_)
+              .Add({});
+
+  reconnects_ = &BuildCounter()
+                     .Name("sandpool_redis_reconnects_total")
+                     .Help("Redis connections re-established after a loss")
+                     .Register(registry_)
+                     .Add({});
+
+  auto& recovered = BuildCounter()
+                        .Name("sandpool_jobs_recovered_total")
+                        .Help("Pending jobs of a dead consumer taken over, by what was done")
+                        .Register(registry_);
+  for (size_t i = 0; i < kRecoveryActions.size(); ++i) {
+    recovered_[i] = &recovered.Add({{"action", std::string(kRecoveryActions[i])}});
+  }
+
+  redis_up_ = &BuildGauge()
+                   .Name("sandpool_redis_up")
+                   .Help("1 while the Redis command connection is up")
+                   .Register(registry_)
+                   .Add({});
+
+  BuildGauge()
+      .Name("sandpool_build_info")
+      .Help("Always 1; the labels say which build is running")
+      .Register(registry_)
+      .Add({{"version", SANDPOOL_VERSION}})
+      .Set(1);
+  return true;
+}
+
+void Metrics::JobReceived() {
+  if (ok_) received_->Increment();
+}
+
+void Metrics::JobCompleted(std::string_view outcome) {
+  if (!ok_) return;
+  static constexpr size_t kError = 11;
+  static_assert(kOutcomes[kError] == "error");
+  completed_[IndexOf(kOutcomes, outcome).value_or(kError)]->Increment();
+}
+
+void Metrics::JobRejected(std::string_view code) {
+  if (!ok_) return;
+  static constexpr size_t kOther = kRejectCodes.size() - 1;
+  static_assert(kRejectCodes[kOther] == "other");
+  rejected_[IndexOf(kRejectCodes, code).value_or(kOther)]->Increment();
+}
+
+void Metrics::ObserveQueueWait(double seconds) { Observe(queue_wait_, seconds); }
+void Metrics::ObserveRunDuration(double seconds) { Observe(run_, seconds); }
+void Metrics::ObserveSandboxPrepare(double seconds) { Observe(prepare_, seconds); }
+
+void Metrics::SetWorkers(std::string_view state, double n) {
+  if (!ok_) return;
+  if (auto i = IndexOf(kWorkerStates, state)) workers_[*i]->Set(n);
+}
+
+void Metrics::SetQueueDepth(double pending, double lag) {
+  if (!ok_) return;
+  pending_->Set(pending);
+  lag_->Set(lag);
+}
+
+void Metrics::RedisReconnect() {
+  if (ok_) reconnects_->Increment();
+}
+
+void Metrics::RecoveredJob(std::string_view action) {
+  if (!ok_) return;
+  if (auto i = IndexOf(kRecoveryActions, action)) recovered_[*i]->Increment();
+}
+
+void Metrics::SetRedisConnected(bool up) {
+  if (ok_) redis_up_->Set(up ? 1 : 0);
+}
+
+std::string Metrics::Serialize() const {
+  if (!ok_) return "# sandpool metrics unavailable: registry construction failed\n";
+  try {
+    return prometheus::TextSerializer().Serialize(registry_.Collect());
+  } catch (const std::exception& e) {
+    LogError("metrics serialization failed", {{"error", e.what()}});
+    return "# sandpool metrics serialization failed\n";
+  }
+}
+
+}  // namespace sandpool

@@ -1,0 +1,100 @@
+// Metrics: every Prometheus series sandpoold exports, in one registry.
+//
+// Conventions (docs: reference/anchors.md): prefix `sandpool_`, base units in names, counters end
+// in `_total`, histograms (never summaries) with buckets from 0.5 ms to 10 min, labels only from
+// fixed sets (never a job id). sandpool_jobs_received_total is the attempts counter for the
+// completed/rejected counters.
+//
+// Every family and every labelled series is created in the constructor and its pointer cached,
+// so the hot-path calls below are a table lookup plus an atomic add (Family::Add never runs after
+// construction). Label values outside the fixed sets are folded (see each method), so a buggy or
+// hostile caller cannot grow the series count.
+//
+// Threading: meant to be called from the daemon's loop thread. The series themselves are atomic
+// (prometheus-cpp), so a scrape from another thread would also be safe.
+// Errors: prometheus-cpp reports bad names by throwing; the constructor catches that (it would be
+// a programming error in this file) and logs it, and the object then records nothing and
+// serializes to a comment line. No method throws.
+#pragma once
+
+#include <prometheus/registry.h>
+
+#include <array>
+#include <string>
+#include <string_view>
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Histogram;
+}  // namespace prometheus
+
+namespace sandpool {
+
+class Metrics {
+ public:
+  // Fixed label sets, in the order their series are cached. kOutcomes matches queue's Outcome
+  // (PROTOCOL.md section 5), kRejectCodes its decode errors (section 8).
+  static constexpr std::array<std::string_view, 12> kOutcomes = {
+      "exit",         "signal",     "timeout",   "cancelled",  "output_limit", "memory_limit",
+      "pids_limit",   "cpu_limit",  "disk_limit", "seccomp",   "worker_lost",  "error"};
+  // "other" collects codes not in this list (a newer daemon speaking to an older dashboard).
+  static constexpr std::array<std::string_view, 5> kRejectCodes = {
+      "bad_payload", "bad_version", "bad_field", "too_large", "other"};
+  static constexpr std::array<std::string_view, 4> kWorkerStates = {"starting", "ready", "busy",
+                                                                    "failed"};
+  static constexpr std::array<std::string_view, 2> kRecoveryActions = {"retried", "lost"};
+
+  Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // sandpool_jobs_received_total: every stream entry read, valid or not.
+  void JobReceived();
+  // sandpool_jobs_completed_total{outcome}: an outcome not in kOutcomes counts as "error".
+  void JobCompleted(std::string_view outcome);
+  // sandpool_jobs_rejected_total{code}: a code not in kRejectCodes counts as "other".
+  void JobRejected(std::string_view code);
+  // Histograms, in seconds. Negative or NaN values are dropped (a clock bug, not a sample).
+  void ObserveQueueWait(double seconds);      // sandpool_queue_wait_seconds
+  void ObserveRunDuration(double seconds);    // sandpool_job_run_seconds
+  void ObserveSandboxPrepare(double seconds); // sandpool_sandbox_prepare_seconds
+  // sandpool_workers{state}: an unknown state is ignored.
+  void SetWorkers(std::string_view state, double n);
+  // sandpool_queue_pending_entries and sandpool_queue_lag_entries (from XINFO GROUPS).
+  void SetQueueDepth(double pending, double lag);
+  // sandpool_redis_reconnects_total.
+  void RedisReconnect();
+  // sandpool_jobs_recovered_total{action}: an unknown action is ignored.
+  void RecoveredJob(std::string_view action);
+  // sandpool_redis_up: 1 while the command connection is up.
+  void SetRedisConnected(bool up);
+
+  // The registry in Prometheus text format 0.0.4. Never throws; on an internal failure returns a
+  // comment line saying so (the scrape then shows no series, which alerts on absence catch).
+  std::string Serialize() const;
+
+  // For callers that add their own families. Keep the Metrics object alive as long as anything
+  // holds a series from it.
+  prometheus::Registry& registry() { return registry_; }
+
+ private:
+  bool Build();
+
+  prometheus::Registry registry_;
+  bool ok_ = false;  // false if construction failed; every method is then a no-op
+  prometheus::Counter* received_ = nullptr;
+  std::array<prometheus::Counter*, kOutcomes.size()> completed_{};
+  std::array<prometheus::Counter*, kRejectCodes.size()> rejected_{};
+  prometheus::Histogram* queue_wait_ = nullptr;
+  prometheus::Histogram* run_ = nullptr;
+  prometheus::Histogram* prepare_ = nullptr;
+  std::array<prometheus::Gauge*, kWorkerStates.size()> workers_{};
+  prometheus::Gauge* pending_ = nullptr;
+  prometheus::Gauge* lag_ = nullptr;
+  prometheus::Counter* reconnects_ = nullptr;
+  std::array<prometheus::Counter*, kRecoveryActions.size()> recovered_{};
+  prometheus::Gauge* redis_up_ = nullptr;
+};
+
+}  // namespace sandpool

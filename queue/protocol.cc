@@ -1,0 +1,311 @@
+// Protocol v1: names, exit codes and the encoders. The decoders are in protocol_decode.cc.
+#include "queue/protocol.h"
+
+#include <msgpack.hpp>
+
+#include <algorithm>
+
+namespace sandpool {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Encoding helpers. The packer writes straight into a std::string; msgpack picks the smallest
+// encoding for every integer, which the test vectors (PROTOCOL.md section 11) rely on.
+
+struct StringSink {
+  std::string* out;
+  void write(const char* p, size_t n) { out->append(p, n); }
+};
+using Packer = msgpack::packer<StringSink>;
+
+void PackStr(Packer& pk, std::string_view s) {
+  pk.pack_str(static_cast<uint32_t>(s.size()));
+  pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
+}
+
+void PackBin(Packer& pk, std::string_view s) {
+  pk.pack_bin(static_cast<uint32_t>(s.size()));
+  pk.pack_bin_body(s.data(), static_cast<uint32_t>(s.size()));
+}
+
+void PackBool(Packer& pk, bool b) {
+  if (b) {
+    pk.pack_true();
+  } else {
+    pk.pack_false();
+  }
+}
+
+void PackOptInt(Packer& pk, const std::optional<int>& v) {
+  if (v) {
+    pk.pack_int64(*v);
+  } else {
+    pk.pack_nil();
+  }
+}
+
+constexpr uint32_t kResultFields = 20;
+
+void PackResult(Packer& pk, const JobResult& r) {
+  pk.pack_map(kResultFields);
+  PackStr(pk, "v");
+  pk.pack_uint64(kProtocolVersion);
+  PackStr(pk, "id");
+  PackStr(pk, r.id);
+  PackStr(pk, "outcome");
+  PackStr(pk, OutcomeName(r.outcome));
+  PackStr(pk, "exit_code");
+  PackOptInt(pk, r.exit_code);
+  PackStr(pk, "signal");
+  PackOptInt(pk, r.signal);
+  PackStr(pk, "timed_out");
+  PackBool(pk, r.timed_out);
+  PackStr(pk, "killed");
+  PackBool(pk, r.killed);
+  PackStr(pk, "stdout");
+  PackBin(pk, r.stdout_data);
+  PackStr(pk, "stderr");
+  PackBin(pk, r.stderr_data);
+  PackStr(pk, "stdout_truncated");
+  PackBool(pk, r.stdout_truncated);
+  PackStr(pk, "stderr_truncated");
+  PackBool(pk, r.stderr_truncated);
+  PackStr(pk, "stdout_dropped_bytes");
+  pk.pack_uint64(r.stdout_dropped_bytes);
+  PackStr(pk, "stderr_dropped_bytes");
+  pk.pack_uint64(r.stderr_dropped_bytes);
+  PackStr(pk, "exec_time_us");
+  pk.pack_uint64(r.exec_time_us);
+  PackStr(pk, "cpu_time_us");
+  pk.pack_uint64(r.cpu_time_us);
+  PackStr(pk, "peak_memory_bytes");
+  pk.pack_uint64(r.peak_memory_bytes);
+  PackStr(pk, "queue_wait_us");
+  pk.pack_uint64(r.queue_wait_us);
+  PackStr(pk, "worker");
+  PackStr(pk, r.worker);
+  PackStr(pk, "attempt");
+  pk.pack_uint64(r.attempt);
+  PackStr(pk, "error");
+  if (r.error) {
+    pk.pack_map(3);
+    PackStr(pk, "code");
+    PackStr(pk, ErrorCodeName(r.error->code));
+    PackStr(pk, "message");
+    PackStr(pk, r.error->message);
+    PackStr(pk, "retryable");
+    PackBool(pk, ErrorCodeRetryable(r.error->code));
+  } else {
+    pk.pack_nil();
+  }
+}
+
+// Common head of every event: v, type, seq (in that order, as the started vector requires).
+void PackEventHead(Packer& pk, uint32_t fields, std::string_view type, uint64_t seq) {
+  pk.pack_map(fields);
+  PackStr(pk, "v");
+  pk.pack_uint64(kProtocolVersion);
+  PackStr(pk, "type");
+  PackStr(pk, type);
+  PackStr(pk, "seq");
+  pk.pack_uint64(seq);
+}
+
+std::string EncodeJobImpl(const JobSpec& spec, bool send_max_output) {
+  std::string out;
+  StringSink sink{&out};
+  Packer pk(sink);
+  // Fields equal to their protocol default are left out so the map stays small; timeout_ms 0 is
+  // not a valid value and means "let the server choose".
+  uint32_t n = 3;  // v, id, argv|shell
+  if (!spec.env.empty()) ++n;
+  if (spec.cwd != "/work") ++n;
+  if (!spec.stdin_data.empty()) ++n;
+  if (spec.timeout_ms != 0) ++n;
+  if (send_max_output) ++n;
+  if (spec.retries != 0) ++n;
+  pk.pack_map(n);
+  PackStr(pk, "v");
+  pk.pack_uint64(spec.version);
+  PackStr(pk, "id");
+  PackStr(pk, spec.id);
+  if (spec.shell) {
+    PackStr(pk, "shell");
+    PackStr(pk, *spec.shell);
+  } else {
+    PackStr(pk, "argv");
+    pk.pack_array(static_cast<uint32_t>(spec.argv.size()));
+    for (const auto& a : spec.argv) PackStr(pk, a);
+  }
+  if (!spec.env.empty()) {
+    PackStr(pk, "env");
+    pk.pack_map(static_cast<uint32_t>(spec.env.size()));
+    for (const auto& [k, v] : spec.env) {
+      PackStr(pk, k);
+      PackStr(pk, v);
+    }
+  }
+  if (spec.cwd != "/work") {
+    PackStr(pk, "cwd");
+    PackStr(pk, spec.cwd);
+  }
+  if (!spec.stdin_data.empty()) {
+    PackStr(pk, "stdin");
+    PackBin(pk, spec.stdin_data);
+  }
+  if (spec.timeout_ms != 0) {
+    PackStr(pk, "timeout_ms");
+    pk.pack_uint64(spec.timeout_ms);
+  }
+  if (send_max_output) {
+    PackStr(pk, "max_output_bytes");
+    pk.pack_uint64(spec.max_output_bytes);
+  }
+  if (spec.retries != 0) {
+    PackStr(pk, "retries");
+    pk.pack_uint64(spec.retries);
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+std::string_view ErrorCodeName(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kBadPayload: return "bad_payload";
+    case ErrorCode::kBadVersion: return "bad_version";
+    case ErrorCode::kBadField: return "bad_field";
+    case ErrorCode::kTooLarge: return "too_large";
+    case ErrorCode::kExecFailed: return "exec_failed";
+    case ErrorCode::kCancelled: return "cancelled";
+    case ErrorCode::kWorkerLost: return "worker_lost";
+    case ErrorCode::kSandboxFailed: return "sandbox_failed";
+    case ErrorCode::kShutdown: return "shutdown";
+    case ErrorCode::kInternal: return "internal";
+  }
+  return "internal";
+}
+
+bool ErrorCodeRetryable(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kWorkerLost:
+    case ErrorCode::kSandboxFailed:
+    case ErrorCode::kShutdown:
+    case ErrorCode::kInternal:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::optional<ErrorCode> ParseErrorCode(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(ErrorCode::kInternal); ++i) {
+    auto c = static_cast<ErrorCode>(i);
+    if (ErrorCodeName(c) == name) return c;
+  }
+  return std::nullopt;
+}
+
+std::string EncodeJob(const JobSpec& spec) { return EncodeJobImpl(spec, true); }
+
+std::string EncodeJobRequest(const JobSpec& spec, bool send_max_output_bytes) {
+  return EncodeJobImpl(spec, send_max_output_bytes);
+}
+
+std::string_view OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kExit: return "exit";
+    case Outcome::kSignal: return "signal";
+    case Outcome::kTimeout: return "timeout";
+    case Outcome::kCancelled: return "cancelled";
+    case Outcome::kOutputLimit: return "output_limit";
+    case Outcome::kMemoryLimit: return "memory_limit";
+    case Outcome::kPidsLimit: return "pids_limit";
+    case Outcome::kCpuLimit: return "cpu_limit";
+    case Outcome::kDiskLimit: return "disk_limit";
+    case Outcome::kSeccomp: return "seccomp";
+    case Outcome::kWorkerLost: return "worker_lost";
+    case Outcome::kError: return "error";
+  }
+  return "error";
+}
+
+std::optional<Outcome> ParseOutcome(std::string_view name) {
+  for (int i = 0; i < kOutcomeCount; ++i) {
+    auto o = static_cast<Outcome>(i);
+    if (OutcomeName(o) == name) return o;
+  }
+  return std::nullopt;
+}
+
+int CliExitCode(Outcome o, std::optional<int> exit_code, std::optional<int> signal) {
+  // Exit statuses are 8 bits; anything else from a confused daemon becomes 125 (our failure).
+  auto status_or = [](std::optional<int> c, int fallback) {
+    return c && *c >= 0 && *c <= 255 ? *c : fallback;
+  };
+  switch (o) {
+    case Outcome::kExit: return status_or(exit_code, 125);
+    case Outcome::kSignal:
+      return signal && *signal > 0 && *signal < 128 ? 128 + *signal : 125;
+    case Outcome::kTimeout: return 124;
+    case Outcome::kCancelled: return 130;
+    case Outcome::kOutputLimit:
+    case Outcome::kMemoryLimit:
+    case Outcome::kCpuLimit: return 137;
+    case Outcome::kPidsLimit: return status_or(exit_code, 137);
+    case Outcome::kDiskLimit:
+      if (exit_code) return status_or(exit_code, 125);
+      return signal && *signal > 0 && *signal < 128 ? 128 + *signal : 125;
+    case Outcome::kSeccomp: return 159;
+    case Outcome::kWorkerLost: return 125;
+    // exec_failed carries the shell's 127 (not found) / 126 (not executable); other errors 125.
+    case Outcome::kError: return status_or(exit_code, 125);
+  }
+  return 125;
+}
+
+std::string EncodeResult(const JobResult& r) {
+  std::string out;
+  StringSink sink{&out};
+  Packer pk(sink);
+  PackResult(pk, r);
+  return out;
+}
+
+std::string EncodeStartedEvent(uint64_t seq, std::string_view worker, uint32_t attempt) {
+  std::string out;
+  StringSink sink{&out};
+  Packer pk(sink);
+  PackEventHead(pk, 5, "started", seq);
+  PackStr(pk, "worker");
+  PackStr(pk, worker);
+  PackStr(pk, "attempt");
+  pk.pack_uint64(attempt);
+  return out;
+}
+
+std::string EncodeOutputEvent(uint64_t seq, std::string_view stream, std::string_view data) {
+  std::string out;
+  out.reserve(data.size() + 32);
+  StringSink sink{&out};
+  Packer pk(sink);
+  PackEventHead(pk, 4, stream, seq);
+  PackStr(pk, "data");
+  PackBin(pk, data);
+  return out;
+}
+
+std::string EncodeExitedEvent(uint64_t seq, const JobResult& r) {
+  std::string out;
+  out.reserve(r.stdout_data.size() + r.stderr_data.size() + 512);
+  StringSink sink{&out};
+  Packer pk(sink);
+  PackEventHead(pk, 4, "exited", seq);
+  PackStr(pk, "result");
+  PackResult(pk, r);
+  return out;
+}
+
+}  // namespace sandpool

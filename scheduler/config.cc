@@ -1,0 +1,267 @@
+#include "scheduler/config.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+
+namespace sandpool {
+namespace {
+
+struct Option {
+  const char* name;
+  const char* help;
+  std::function<Status(DaemonConfig*, const std::string&)> set;
+  bool is_flag = false;  // takes no value (--name means "true")
+};
+
+Result<uint64_t> ParseUint(const std::string& s) {
+  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0]))) return Status::Error("not a number: '" + s + "'");
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return Status::Error("not a number: '" + s + "'");
+  return static_cast<uint64_t>(v);
+}
+
+Status ParseBool(const std::string& s, bool* out) {
+  if (s == "1" || s == "true" || s == "yes" || s == "on") *out = true;
+  else if (s == "0" || s == "false" || s == "no" || s == "off") *out = false;
+  else return Status::Error("not a boolean: '" + s + "'");
+  return Status::Ok();
+}
+
+template <typename T>
+std::function<Status(DaemonConfig*, const std::string&)> Uint(T DaemonConfig::*field) {
+  return [field](DaemonConfig* c, const std::string& v) {
+    auto n = ParseUint(v);
+    if (!n.ok()) return n.status();
+    c->*field = static_cast<T>(*n);
+    return Status::Ok();
+  };
+}
+
+std::function<Status(DaemonConfig*, const std::string&)> Size(uint64_t* (*get)(DaemonConfig*)) {
+  return [get](DaemonConfig* c, const std::string& v) {
+    auto n = ParseSize(v);
+    if (!n.ok()) return n.status();
+    *get(c) = *n;
+    return Status::Ok();
+  };
+}
+
+std::function<Status(DaemonConfig*, const std::string&)> Num(uint64_t* (*get)(DaemonConfig*)) {
+  return [get](DaemonConfig* c, const std::string& v) {
+    auto n = ParseUint(v);
+    if (!n.ok()) return n.status();
+    *get(c) = *n;
+    return Status::Ok();
+  };
+}
+
+std::function<Status(DaemonConfig*, const std::string&)> Str(std::string DaemonConfig::*field) {
+  return [field](DaemonConfig* c, const std::string& v) {
+    c->*field = v;
+    return Status::Ok();
+  };
+}
+
+const std::vector<Option>& Options() {
+  static const std::vector<Option> opts = {
+      {"redis", "Redis URL: redis://[user:password@]host:port[/db] or unix:///path (env SANDPOOL_REDIS_URL)", Str(&DaemonConfig::redis_url)},
+      {"metrics-addr", "HOST:PORT for /metrics, /livez, /readyz; 'off' to disable", Str(&DaemonConfig::metrics_addr)},
+      {"workers", "number of pool slots (sandboxes kept ready / jobs run at once)", Uint(&DaemonConfig::workers)},
+      {"queue", "queue name (stream <prefix>:q:<queue>)", Str(&DaemonConfig::queue)},
+      {"consumer", "this daemon's stable consumer name (default: host name)", Str(&DaemonConfig::consumer)},
+      {"prefix", "Redis key prefix", Str(&DaemonConfig::prefix)},
+      {"log-level", "debug, info, warn or error",
+       [](DaemonConfig* c, const std::string& v) {
+         return ParseLogLevel(v, &c->log_level) ? Status::Ok() : Status::Error("unknown log level '" + v + "'");
+       }},
+      {"result-ttl", "seconds results and job records are kept", Uint(&DaemonConfig::result_ttl_s)},
+      {"grace-ms", "on SIGTERM, how long running jobs may finish before they are killed", Uint(&DaemonConfig::grace_ms)},
+      {"heartbeat-ms", "heartbeat and lease-refresh interval", Uint(&DaemonConfig::heartbeat_ms)},
+      {"lease-ms", "pending entries idle this long are reclaimed from dead daemons", Uint(&DaemonConfig::lease_ms)},
+      {"max-payload-bytes", "largest stream entry accepted", Size(+[](DaemonConfig* c) { return &c->max_payload_bytes; })},
+      {"default-timeout-ms", "wall timeout of a job that names none", Num(+[](DaemonConfig* c) { return &c->limits.default_timeout_ms; })},
+      {"max-timeout-ms", "largest wall timeout a job may ask for (larger ones are clamped)", Num(+[](DaemonConfig* c) { return &c->limits.max_timeout_ms; })},
+      {"default-output-bytes", "output kept per stream when the job names no limit", Size(+[](DaemonConfig* c) { return &c->limits.default_output_bytes; })},
+      {"max-output-bytes", "largest per-stream output limit a job may ask for", Size(+[](DaemonConfig* c) { return &c->limits.max_output_bytes; })},
+      {"cgroup", "cgroup hierarchy: auto, v1 or v2", Str(&DaemonConfig::cgroup_mode)},
+      {"allow-missing-controllers", "v2 only, for tests: run even if memory/pids/cpu controllers cannot be enabled",
+       [](DaemonConfig* c, const std::string& v) { return ParseBool(v, &c->allow_missing_controllers); }, true},
+      {"uid-base", "first host uid/gid for sandboxes (2 per slot; never 0)",
+       [](DaemonConfig* c, const std::string& v) {
+         auto n = ParseUint(v);
+         if (!n.ok()) return n.status();
+         if (*n == 0 || *n > 4000000000ull) return Status::Error("uid-base must be in 1..4000000000");
+         c->sandbox.host_id_base = static_cast<uint32_t>(*n);
+         return Status::Ok();
+       }},
+      {"memory", "memory limit per sandbox", Size(+[](DaemonConfig* c) { return &c->sandbox.cgroup.memory_bytes; })},
+      {"pids", "process/thread limit per sandbox", Num(+[](DaemonConfig* c) { return &c->sandbox.cgroup.pids; })},
+      {"cpus", "CPU quota per sandbox, in CPUs (e.g. 0.5)", [](DaemonConfig* c, const std::string& v) {
+         char* end = nullptr;
+         double d = std::strtod(v.c_str(), &end);
+         if (end == v.c_str() || *end != '\0' || !(d > 0.0) || d > 1024) return Status::Error("cpus must be a positive number");
+         c->sandbox.cgroup.cpu_quota_us = static_cast<uint64_t>(std::llround(d * static_cast<double>(c->sandbox.cgroup.cpu_period_us)));
+         return Status::Ok();
+       }},
+      {"cpu-time-ms", "CPU-time limit per job (0: none)", Num(+[](DaemonConfig* c) { return &c->sandbox.cpu_time_ms; })},
+      {"work-size", "size of the writable /work per sandbox", Size(+[](DaemonConfig* c) { return &c->sandbox.work_bytes; })},
+      {"tmp-size", "size of /tmp (and of /var/tmp) per sandbox", Size(+[](DaemonConfig* c) { return &c->sandbox.tmp_bytes; })},
+      {"open-files", "RLIMIT_NOFILE per job", Num(+[](DaemonConfig* c) { return &c->sandbox.open_files; })},
+      {"file-size", "largest file a job may write (RLIMIT_FSIZE)", Size(+[](DaemonConfig* c) { return &c->sandbox.file_size_bytes; })},
+  };
+  return opts;
+}
+
+std::string EnvName(const char* option) {
+  std::string s = "SANDPOOL_";
+  for (const char* p = option; *p; ++p) s += *p == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(*p)));
+  return s;
+}
+
+const Option* Find(const std::string& name) {
+  for (const Option& o : Options()) {
+    if (name == o.name) return &o;
+  }
+  return nullptr;
+}
+
+void PrintHelp() {
+  std::printf(
+      "usage: sandpoold [options]\n\n"
+      "Runs jobs from Redis in prewarmed, isolated sandboxes (needs root). Every option can also\n"
+      "be set as SANDPOOL_<NAME> in the environment or as 'name = value' in a --config file.\n\n"
+      "  --config FILE  read options from FILE (env SANDPOOL_CONFIG)\n"
+      "  --help         this text\n");
+  for (const Option& o : Options()) {
+    std::printf("  --%-26s %s\n", (std::string(o.name) + (o.is_flag ? "" : " V")).c_str(), o.help);
+  }
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  size_t e = s.find_last_not_of(" \t\r");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+Result<uint64_t> ParseSize(const std::string& s) {
+  if (s.empty()) return Status::Error("empty size");
+  uint64_t mult = 1;
+  std::string num = s;
+  switch (std::toupper(static_cast<unsigned char>(s.back()))) {
+    case 'K': mult = 1ull << 10; break;
+    case 'M': mult = 1ull << 20; break;
+    case 'G': mult = 1ull << 30; break;
+    default: break;
+  }
+  if (mult != 1) num.pop_back();
+  auto n = ParseUint(num);
+  if (!n.ok()) return Status::Error("not a size: '" + s + "'");
+  if (*n > (~0ull) / mult) return Status::Error("size too large: '" + s + "'");
+  return *n * mult;
+}
+
+Status ParseConfig(int argc, char** argv, DaemonConfig* config, bool* exit_now) {
+  *exit_now = false;
+  std::map<std::string, std::string> from_flags;
+  std::string config_file;
+  if (const char* e = std::getenv("SANDPOOL_CONFIG")) config_file = e;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      PrintHelp();
+      *exit_now = true;
+      return Status::Ok();
+    }
+    if (arg.rfind("--", 0) != 0) return Status::Error("unexpected argument '" + arg + "' (see --help)");
+    std::string name = arg.substr(2), value;
+    size_t eq = name.find('=');
+    bool has_value = eq != std::string::npos;
+    if (has_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    const Option* opt = Find(name);
+    if (name != "config" && opt == nullptr) return Status::Error("unknown option --" + name + " (see --help)");
+    if (!has_value) {
+      if (opt != nullptr && opt->is_flag) {
+        value = "true";
+      } else {
+        if (i + 1 >= argc) return Status::Error("--" + name + " needs a value");
+        value = argv[++i];
+      }
+    }
+    if (name == "config") config_file = value;
+    else from_flags[name] = value;
+  }
+  std::map<std::string, std::string> from_file;
+  if (!config_file.empty()) {
+    std::ifstream f(config_file);
+    if (!f) return Status::Error("cannot read config file " + config_file);
+    std::string line;
+    int lineno = 0;
+    while (std::getline(f, line)) {
+      ++lineno;
+      line = Trim(line.substr(0, line.find('#')));
+      if (line.empty()) continue;
+      size_t eq = line.find('=');
+      if (eq == std::string::npos) return Status::Error(config_file + ":" + std::to_string(lineno) + ": expected 'name = value'");
+      std::string name = Trim(line.substr(0, eq));
+      if (Find(name) == nullptr) return Status::Error(config_file + ":" + std::to_string(lineno) + ": unknown option '" + name + "'");
+      from_file[name] = Trim(line.substr(eq + 1));
+    }
+  }
+  for (const Option& o : Options()) {
+    std::string value;
+    bool set = false;
+    if (auto it = from_flags.find(o.name); it != from_flags.end()) {
+      value = it->second;
+      set = true;
+    } else if (const char* e = std::getenv(EnvName(o.name).c_str())) {
+      value = e;
+      set = true;
+    } else if (auto ft = from_file.find(o.name); ft != from_file.end()) {
+      value = ft->second;
+      set = true;
+    }
+    if (set) SP_RETURN_IF_ERROR(o.set(config, value).Prefixed(std::string("--") + o.name));
+  }
+  auto url = ParseRedisUrl(config->redis_url);
+  if (!url.ok()) return url.status().Prefixed("--redis");
+  config->redis = *url;
+  if (config->consumer.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    config->consumer = host[0] ? host : "sandpoold";
+  }
+  for (char ch : config->consumer) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') {
+      return Status::Error("--consumer may contain only letters, digits, '-', '_' and '.'");
+    }
+  }
+  if (config->workers == 0 || config->workers > 4096) return Status::Error("--workers must be in 1..4096");
+  if (config->limits.default_timeout_ms == 0 || config->limits.default_timeout_ms > config->limits.max_timeout_ms) {
+    return Status::Error("--default-timeout-ms must be in 1..max-timeout-ms");
+  }
+  if (config->limits.default_output_bytes > config->limits.max_output_bytes) {
+    return Status::Error("--default-output-bytes must be at most --max-output-bytes");
+  }
+  if (config->heartbeat_ms == 0 || config->lease_ms < 3 * config->heartbeat_ms) {
+    return Status::Error("--lease-ms must be at least 3 x --heartbeat-ms");
+  }
+  uint64_t top = uint64_t{config->sandbox.host_id_base} + 2ull * config->workers;
+  if (top > 4294967294ull) return Status::Error("--uid-base leaves no room for the slots' uids");
+  return Status::Ok();
+}
+
+}  // namespace sandpool

@@ -1,0 +1,633 @@
+#include "scheduler/daemon.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <msgpack.hpp>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "scheduler/scripts.h"
+
+namespace sandpool {
+namespace {
+
+constexpr int kBlockMs = 2000;
+constexpr size_t kOwnPendingBatch = 100;
+
+std::string ReplyString(const redisReply* r) {
+  if (r == nullptr) return {};
+  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR) {
+    return std::string(r->str, r->len);
+  }
+  if (r->type == REDIS_REPLY_INTEGER) return std::to_string(r->integer);
+  return {};
+}
+
+int64_t EntryMs(const std::string& id) { return std::strtoll(id.c_str(), nullptr, 10); }
+
+}  // namespace
+
+Daemon::Daemon(const DaemonConfig& config, struct event_base* base, SpawnerHandle spawner, CgroupLayout layout)
+    : config_(config), base_(base), spawner_(std::move(spawner)), layout_(std::move(layout)),
+      keys_(config.prefix), stream_(keys_.Queue(config.queue)) {
+  spawner_channel_ = Channel(std::move(spawner_.channel));
+}
+
+Daemon::~Daemon() {
+  for (struct event* e : signal_evs_) event_free(e);
+  if (heartbeat_ev_) event_free(heartbeat_ev_);
+  if (grace_ev_) event_free(grace_ev_);
+  if (spawner_ev_) event_free(spawner_ev_);
+}
+
+Status Daemon::Start() {
+  started_ms_ = WallMs();
+  if (config_.metrics_addr != "off" && !config_.metrics_addr.empty()) {
+    auto server = MetricsServer::Start(base_, config_.metrics_addr, &metrics_, [this](std::string* why) {
+      if (draining_) { *why = "draining"; return false; }
+      if (!cmd_->connected() || !reader_->connected()) { *why = "redis not connected"; return false; }
+      if (ReadySlot() == nullptr && running_.empty()) { *why = "no sandbox ready"; return false; }
+      return true;
+    });
+    if (!server.ok()) return server.status().Prefixed("metrics endpoint " + config_.metrics_addr);
+    http_ = std::move(server.value());
+    LogInfo("metrics endpoint listening", {{"addr", config_.metrics_addr}, {"port", http_->BoundPort()}});
+  }
+
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct event* e = evsignal_new(base_, sig, &Daemon::OnSignal, this);
+    evsignal_add(e, nullptr);
+    signal_evs_.push_back(e);
+  }
+  (void)SetNonBlocking(spawner_channel_.fd());
+  spawner_ev_ = event_new(base_, spawner_channel_.fd(), EV_READ | EV_PERSIST, &Daemon::OnSpawnerEvent, this);
+  event_add(spawner_ev_, nullptr);
+
+  SlotHooks hooks;
+  hooks.on_ready = [this](Slot&) {
+    UpdateWorkerGauges();
+    MaybeRead();
+  };
+  hooks.on_started = [this](Slot& s) {
+    const SlotJob* job = s.job();
+    uint64_t seq = s.NextSeq();
+    Publish(job->spec.id, EncodeStartedEvent(seq, config_.consumer, job->attempt));
+  };
+  hooks.on_output = [this](Slot& s, std::string_view stream, std::string_view data) {
+    Publish(s.job()->spec.id, EncodeOutputEvent(s.NextSeq(), stream, data));
+  };
+  hooks.on_finished = [this](Slot& s, JobResult&& r) {
+    running_.erase(r.id);
+    metrics_.ObserveRunDuration(static_cast<double>(r.exec_time_us) / 1e6);
+    // The entry id of the job that just ended: Finish needs it, the slot no longer has it.
+    Finish(std::move(r), s.last_entry(), s.NextSeq());
+    UpdateWorkerGauges();
+    MaybeExit();
+  };
+  hooks.on_keeper_lost = [this](Slot& s) {
+    int& backoff = respawn_backoff_ms_[s.index()];
+    backoff = backoff == 0 ? 100 : std::min(backoff * 2, 5000);
+    UpdateWorkerGauges();
+    if (draining_) {
+      MaybeExit();
+      return;
+    }
+    // Respawn after a pause, so a keeper that dies at once does not spin.
+    uint32_t index = s.index();
+    struct timeval tv = {backoff / 1000, (backoff % 1000) * 1000};
+    event_base_once(base_, -1, EV_TIMEOUT, [](evutil_socket_t, short, void* arg) {
+      auto* p = static_cast<std::pair<Daemon*, uint32_t>*>(arg);
+      if (!p->first->draining_) p->first->SpawnKeeper(p->second);
+      delete p;
+    }, new std::pair<Daemon*, uint32_t>(this, index), &tv);
+  };
+  hooks.on_prepared = [this](Slot&, double seconds) { metrics_.ObserveSandboxPrepare(seconds); };
+  for (uint32_t i = 0; i < config_.workers; ++i) {
+    slots_.push_back(std::make_unique<Slot>(base_, i, hooks));
+    SpawnKeeper(i);
+  }
+
+  cmd_ = std::make_unique<RedisAsync>(base_, config_.redis, "commands", RedisAsync::Hooks{
+      [this] {
+        metrics_.SetRedisConnected(true);
+        OnCommandConnected();
+      },
+      [this] {
+        metrics_.SetRedisConnected(false);
+        metrics_.RedisReconnect();
+        group_ready_ = false;
+        own_pending_scan_ = true;
+      }});
+  reader_ = std::make_unique<RedisAsync>(base_, config_.redis, "reader", RedisAsync::Hooks{
+      [this] { MaybeRead(); },
+      [this] {
+        read_in_flight_ = false;
+        own_pending_scan_ = true;
+      }});
+  sub_ = std::make_unique<RedisAsync>(base_, config_.redis, "subscriber", RedisAsync::Hooks{});
+  sub_->Subscribe(keys_.Cancel(), [this](redisReply* r) { OnCancel(ReplyString(r->element[2])); });
+  cmd_->Connect();
+  reader_->Connect();
+  sub_->Connect();
+
+  heartbeat_ev_ = event_new(base_, -1, EV_PERSIST, &Daemon::OnHeartbeatTimer, this);
+  struct timeval tv = {static_cast<time_t>(config_.heartbeat_ms / 1000),
+                       static_cast<suseconds_t>((config_.heartbeat_ms % 1000) * 1000)};
+  event_add(heartbeat_ev_, &tv);
+  LogInfo("sandpoold started", {{"consumer", config_.consumer}, {"queue", stream_}, {"workers", config_.workers},
+                                {"redis", config_.redis.Redacted()},
+                                {"cgroup", layout_.mode == CgroupMode::kV1 ? "v1" : "v2"}});
+  return Status::Ok();
+}
+
+void Daemon::SpawnKeeper(uint32_t slot) {
+  Status s = spawner_channel_.Send(static_cast<uint16_t>(MsgType::kSpawnKeeper), Encode(SpawnKeeperMsg{slot}));
+  if (!s.ok()) LogError("cannot reach the spawner", {{"error", s.message()}});
+}
+
+void Daemon::OnSpawnerEvent(evutil_socket_t, short, void* arg) { static_cast<Daemon*>(arg)->OnSpawnerReadable(); }
+
+void Daemon::OnSpawnerReadable() {
+  std::vector<Frame> frames;
+  Status s = spawner_channel_.OnReadable(&frames);
+  for (Frame& f : frames) {
+    KeeperMsg m;
+    if (f.type != static_cast<uint16_t>(MsgType::kKeeper) || !Decode(f.payload, &m).ok() || f.fds.size() != 1 ||
+        m.slot >= slots_.size()) {
+      continue;
+    }
+    slots_[m.slot]->AttachKeeper(std::move(f.fds[0]), m.pid);
+    UpdateWorkerGauges();
+  }
+  if (!s.ok()) {
+    // Without the spawner no sandbox can ever be made again: stop, so a supervisor restarts us.
+    LogError("spawner lost; shutting down", {{"error", s.message()}});
+    event_del(spawner_ev_);
+    exit_code_ = 1;
+    Drain("spawner lost");
+  }
+}
+
+Slot* Daemon::ReadySlot() {
+  for (auto& s : slots_) {
+    if (s->state() == Slot::State::kReady) return s.get();
+  }
+  return nullptr;
+}
+
+void Daemon::UpdateWorkerGauges() {
+  double starting = 0, ready = 0, busy = 0, failed = 0;
+  for (auto& s : slots_) {
+    switch (s->state()) {
+      case Slot::State::kReady: ready += 1; break;
+      case Slot::State::kReserved:
+      case Slot::State::kRunning: busy += 1; break;
+      default: (s->failing() ? failed : starting) += 1; break;
+    }
+  }
+  metrics_.SetWorkers("starting", starting);
+  metrics_.SetWorkers("ready", ready);
+  metrics_.SetWorkers("busy", busy);
+  metrics_.SetWorkers("failed", failed);
+}
+
+void Daemon::OnCommandConnected() {
+  // The group starts at 0 so jobs queued before any daemon ever ran are not skipped.
+  cmd_->Command({"XGROUP", "CREATE", stream_, std::string(Keys::kGroup), "0", "MKSTREAM"}, [this](redisReply* r) {
+    if (r == nullptr) return;
+    if (r->type == REDIS_REPLY_ERROR && ReplyString(r).rfind("BUSYGROUP", 0) != 0) {
+      LogError("cannot create the consumer group", {{"error", ReplyString(r)}});
+      return;
+    }
+    group_ready_ = true;
+    MaybeRead();
+  });
+  // Results that waited for Redis go out first.
+  std::deque<PendingFinish> waiting;
+  waiting.swap(pending_finishes_);
+  for (PendingFinish& f : waiting) SendFinish(std::move(f));
+  // Cancels published while we were away were missed: look at the flags of what runs here.
+  for (const auto& [job_id, slot] : running_) {
+    std::string id = job_id;
+    cmd_->Command({"HGET", keys_.Job(id), "cancel"}, [this, id](redisReply* r) {
+      if (ReplyString(r) == "1") OnCancel(id);
+    });
+  }
+  Heartbeat();
+}
+
+void Daemon::MaybeRead() {
+  if (draining_ || !group_ready_ || read_in_flight_ || !reader_ || !reader_->connected()) return;
+  while (!backlog_.empty() && ReadySlot() != nullptr) {
+    Entry e = std::move(backlog_.front());
+    backlog_.pop_front();
+    Dispatch(std::move(e));
+  }
+  if (own_pending_scan_) {
+    ReadOwnPending();
+    return;
+  }
+  size_t ready = 0;
+  for (auto& s : slots_) ready += s->state() == Slot::State::kReady;
+  if (ready == 0 || !backlog_.empty()) return;
+  read_in_flight_ = true;
+  reader_->Command({"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT", std::to_string(ready),
+                    "BLOCK", std::to_string(kBlockMs), "STREAMS", stream_, ">"},
+                   [this](redisReply* r) {
+                     read_in_flight_ = false;
+                     if (r == nullptr) return;
+                     if (r->type == REDIS_REPLY_ERROR) {
+                       LogWarn("XREADGROUP failed", {{"error", ReplyString(r)}});
+                       if (ReplyString(r).rfind("NOGROUP", 0) == 0) group_ready_ = false;
+                       return;
+                     }
+                     if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->elements == 2) {
+                       HandleEntries(r->element[0]->element[1]);
+                     }
+                     MaybeRead();
+                   });
+}
+
+// Entries delivered to this consumer name before and never acknowledged: a previous run of
+// this daemon died with them, or Redis dropped a reply. The claim script tells which ran.
+void Daemon::ReadOwnPending() {
+  read_in_flight_ = true;
+  reader_->Command({"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT",
+                    std::to_string(kOwnPendingBatch), "STREAMS", stream_, "0"},
+                   [this](redisReply* r) {
+                     read_in_flight_ = false;
+                     if (r == nullptr) return;
+                     if (r->type == REDIS_REPLY_ERROR) {
+                       LogWarn("reading own pending entries failed", {{"error", ReplyString(r)}});
+                       return;
+                     }
+                     own_pending_scan_ = false;
+                     if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->elements == 2) {
+                       redisReply* entries = r->element[0]->element[1];
+                       size_t fresh = 0;
+                       for (size_t i = 0; i < entries->elements; ++i) {
+                         fresh += inflight_entries_.count(ReplyString(entries->element[i]->element[0])) == 0;
+                       }
+                       if (fresh > 0) LogInfo("recovering own pending entries", {{"count", static_cast<uint64_t>(fresh)}});
+                       HandleEntries(entries);
+                       // A full batch may mean more; entries we hold are skipped, so this ends.
+                       if (fresh == kOwnPendingBatch) own_pending_scan_ = true;
+                     }
+                     MaybeRead();
+                   });
+}
+
+void Daemon::HandleEntries(redisReply* entries) {
+  if (entries == nullptr || entries->type != REDIS_REPLY_ARRAY) return;
+  for (size_t i = 0; i < entries->elements; ++i) {
+    redisReply* item = entries->element[i];
+    if (item->type != REDIS_REPLY_ARRAY || item->elements < 2) continue;
+    Entry e;
+    e.id = ReplyString(item->element[0]);
+    if (inflight_entries_.count(e.id)) continue;  // already ours and being handled
+    redisReply* fields = item->element[1];
+    if (fields->type != REDIS_REPLY_ARRAY) {
+      e.deleted = true;
+    } else {
+      for (size_t j = 0; j + 1 < fields->elements; j += 2) {
+        e.fields[ReplyString(fields->element[j])] = ReplyString(fields->element[j + 1]);
+      }
+    }
+    Dispatch(std::move(e));
+  }
+}
+
+void Daemon::Dispatch(Entry e) {
+  if (e.deleted) {
+    Ack(e.id);
+    return;
+  }
+  inflight_entries_.insert(e.id);
+  std::string job_id = e.fields.count("id") ? e.fields["id"] : "";
+  if (!ValidJobId(job_id)) job_id = "entry-" + e.id;
+  size_t total = 0;
+  for (const auto& [k, v] : e.fields) total += k.size() + v.size();
+  if (total > config_.max_payload_bytes) {
+    Reject(job_id, e.id, ErrorCode::kTooLarge, "stream entry is " + std::to_string(total) + " bytes; the limit is " +
+                                                   std::to_string(config_.max_payload_bytes));
+    return;
+  }
+  auto it = e.fields.find("job");
+  if (it == e.fields.end()) {
+    Reject(job_id, e.id, ErrorCode::kBadPayload, "stream entry has no 'job' field");
+    return;
+  }
+  auto decoded = DecodeJob(it->second, config_.limits);
+  if (auto* err = std::get_if<JobError>(&decoded)) {
+    Reject(job_id, e.id, err->code, err->message);
+    return;
+  }
+  JobSpec spec = std::move(std::get<JobSpec>(decoded));
+  if (spec.id != job_id) {
+    Reject(job_id, e.id, ErrorCode::kBadField, "the payload's id '" + spec.id + "' differs from the entry's id field");
+    return;
+  }
+  Slot* slot = ReadySlot();
+  if (slot == nullptr) {
+    inflight_entries_.erase(e.id);  // refreshed via the backlog loop below
+    inflight_entries_.insert(e.id);
+    backlog_.push_back(std::move(e));
+    return;
+  }
+  metrics_.JobReceived();
+  Claim(slot, std::move(spec), std::move(e));
+}
+
+void Daemon::Claim(Slot* slot, JobSpec spec, Entry e) {
+  slot->Reserve();
+  UpdateWorkerGauges();
+  std::string job_id = spec.id;
+  std::string entry = e.id;
+  uint64_t max_attempts = uint64_t{spec.retries} + 1;
+  auto shared_spec = std::make_shared<JobSpec>(std::move(spec));
+  bool sent = cmd_->Command(
+      {"EVAL", kClaimScript, "2", keys_.Job(job_id), keys_.Result(job_id), entry, config_.consumer,
+       std::to_string(WallMs()), std::to_string(config_.result_ttl_s), std::to_string(max_attempts)},
+      [this, slot, shared_spec, entry, job_id](redisReply* r) {
+        if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+          // Unknown whether the claim happened: leave the entry pending; the own-pending scan
+          // after reconnecting runs it (or finds it claimed).
+          if (r != nullptr) LogWarn("claim failed", {{"job", job_id}, {"error", ReplyString(r)}});
+          inflight_entries_.erase(entry);
+          own_pending_scan_ = true;
+          slot->Release();
+          return;
+        }
+        std::string verdict = ReplyString(r->element[0]);
+        uint32_t attempt = static_cast<uint32_t>(std::strtoul(ReplyString(r->element[1]).c_str(), nullptr, 10));
+        if (verdict == "run" && cancelled_unstarted_.erase(job_id)) verdict = "cancelled";
+        if (verdict == "run") {
+          SlotJob job;
+          job.spec = std::move(*shared_spec);
+          job.entry = entry;
+          job.attempt = attempt;
+          int64_t wait_ms = WallMs() - EntryMs(entry);
+          job.queue_wait_us = wait_ms > 0 ? static_cast<uint64_t>(wait_ms) * 1000 : 0;
+          job.cpu_time_ms = config_.sandbox.cpu_time_ms;
+          metrics_.ObserveQueueWait(static_cast<double>(job.queue_wait_us) / 1e6);
+          if (attempt > 1) metrics_.RecoveredJob("retried");
+          running_[job_id] = slot;
+          slot->Start(std::move(job));
+          return;
+        }
+        slot->Release();
+        JobResult res;
+        res.id = job_id;
+        res.attempt = attempt;
+        if (verdict == "cancelled") {
+          res.outcome = Outcome::kCancelled;
+          res.error = JobError{ErrorCode::kCancelled, "cancelled by a client before it started"};
+          Finish(std::move(res), entry, 0);
+        } else if (verdict == "lost") {
+          res.outcome = Outcome::kWorkerLost;
+          res.error = JobError{ErrorCode::kWorkerLost, "the daemon running this job died and no retry was left"};
+          metrics_.RecoveredJob("lost");
+          Finish(std::move(res), entry, 0);
+        } else {
+          LogDebug("dropping entry", {{"job", job_id}, {"entry", entry}, {"verdict", verdict}});
+          Ack(entry);
+        }
+      });
+  if (!sent) {
+    inflight_entries_.erase(entry);
+    own_pending_scan_ = true;
+    slot->Release();
+  }
+}
+
+void Daemon::Reject(const std::string& job_id, const std::string& entry, ErrorCode code, std::string message) {
+  LogInfo("job rejected", {{"job", job_id}, {"code", std::string(ErrorCodeName(code))}, {"error", message}});
+  metrics_.JobReceived();
+  metrics_.JobRejected(ErrorCodeName(code));
+  if (code == ErrorCode::kBadPayload || code == ErrorCode::kTooLarge) {
+    cmd_->Command({"XADD", keys_.Dead(), "MAXLEN", "~", "10000", "*", "entry", entry, "reason",
+                   std::string(ErrorCodeName(code)), "raw", "(omitted: " + message + ")"},
+                  [](redisReply*) {});
+  }
+  JobResult r;
+  r.id = job_id;
+  r.outcome = Outcome::kError;
+  r.error = JobError{code, std::move(message)};
+  Finish(std::move(r), entry, 0);
+}
+
+void Daemon::Finish(JobResult result, const std::string& entry, uint64_t seq) {
+  result.worker = config_.consumer;
+  LogDebug("job finished", {{"job", result.id}, {"outcome", std::string(OutcomeName(result.outcome))}});
+  PendingFinish f;
+  f.job_id = result.id;
+  f.entry = entry;
+  f.attempt = std::to_string(result.attempt);
+  f.event = EncodeExitedEvent(seq, result);
+  f.result = EncodeResult(result);
+  metrics_.JobCompleted(OutcomeName(result.outcome));
+  SendFinish(std::move(f));
+}
+
+void Daemon::SendFinish(PendingFinish f) {
+  if (!cmd_->connected()) {
+    pending_finishes_.push_back(std::move(f));
+    return;
+  }
+  std::vector<std::string> args = {"EVAL", kFinishScript, "4", keys_.Job(f.job_id), keys_.Result(f.job_id), stream_,
+                                   keys_.Out(f.job_id), f.entry, config_.consumer, f.attempt, f.result,
+                                   std::to_string(config_.result_ttl_s), f.event, std::string(Keys::kGroup)};
+  auto shared = std::make_shared<PendingFinish>(std::move(f));
+  cmd_->Command(args, [this, shared](redisReply* r) {
+    if (r == nullptr) {
+      // Lost with the connection: unknown whether it ran; running it again is harmless
+      // (the script is idempotent for the same consumer and attempt).
+      pending_finishes_.push_back(std::move(*shared));
+      return;
+    }
+    std::string verdict = ReplyString(r);
+    if (r->type == REDIS_REPLY_ERROR) {
+      LogError("storing a result failed", {{"job", shared->job_id}, {"error", verdict}});
+      pending_finishes_.push_back(std::move(*shared));
+      return;
+    }
+    if (verdict == "dup") Ack(shared->entry);
+    if (verdict == "fenced") LogWarn("result discarded: another daemon took the job over", {{"job", shared->job_id}});
+    inflight_entries_.erase(shared->entry);
+    MaybeExit();
+  });
+}
+
+void Daemon::Ack(const std::string& entry) {
+  inflight_entries_.erase(entry);
+  cmd_->Command({"XACK", stream_, std::string(Keys::kGroup), entry}, [](redisReply*) {});
+  cmd_->Command({"XDEL", stream_, entry}, [](redisReply*) {});
+}
+
+void Daemon::Publish(const std::string& job_id, std::string event) {
+  // At-most-once by design (PROTOCOL.md section 6): dropped while Redis is away.
+  cmd_->Command({"PUBLISH", keys_.Out(job_id), std::move(event)}, [](redisReply*) {});
+}
+
+void Daemon::OnCancel(const std::string& job_id) {
+  auto it = running_.find(job_id);
+  if (it == running_.end()) {
+    if (cancelled_unstarted_.size() > 10000) cancelled_unstarted_.clear();
+    cancelled_unstarted_.insert(job_id);
+    return;
+  }
+  LogInfo("cancelling job", {{"job", job_id}});
+  it->second->Kill(KillReason::kCancel);
+}
+
+void Daemon::OnHeartbeatTimer(evutil_socket_t, short, void* arg) { static_cast<Daemon*>(arg)->Heartbeat(); }
+
+void Daemon::Heartbeat() {
+  ++ticks_;
+  UpdateWorkerGauges();
+  if (!cmd_->connected()) return;
+  size_t ready = 0, busy = 0;
+  for (auto& s : slots_) {
+    ready += s->state() == Slot::State::kReady;
+    busy += s->state() == Slot::State::kRunning || s->state() == Slot::State::kReserved;
+  }
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_map(9);
+  pk.pack("v"), pk.pack(1);
+  pk.pack("consumer"), pk.pack(config_.consumer);
+  pk.pack("pid"), pk.pack(static_cast<int64_t>(::getpid()));
+  pk.pack("queue"), pk.pack(config_.queue);
+  pk.pack("slots"), pk.pack(static_cast<uint64_t>(slots_.size()));
+  pk.pack("ready"), pk.pack(static_cast<uint64_t>(ready));
+  pk.pack("busy"), pk.pack(static_cast<uint64_t>(busy));
+  pk.pack("draining"), pk.pack(draining_);
+  pk.pack("started_ms"), pk.pack(started_ms_);
+  cmd_->Command({"SET", keys_.Daemon(config_.consumer), std::string(buf.data(), buf.size()), "PX",
+                 std::to_string(3 * config_.heartbeat_ms)},
+                [](redisReply*) {});
+  if (!inflight_entries_.empty()) {
+    // Refresh the idle time of everything we hold, so XAUTOCLAIM elsewhere leaves it alone.
+    std::vector<std::string> args = {"XCLAIM", stream_, std::string(Keys::kGroup), config_.consumer, "0"};
+    args.insert(args.end(), inflight_entries_.begin(), inflight_entries_.end());
+    args.push_back("JUSTID");
+    cmd_->Command(args, [](redisReply*) {});
+  }
+  cmd_->Command({"XINFO", "GROUPS", stream_}, [this](redisReply* r) {
+    if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return;
+    for (size_t i = 0; i < r->elements; ++i) {
+      redisReply* g = r->element[i];
+      double pending = 0, lag = 0;
+      bool ours = false;
+      for (size_t j = 0; j + 1 < g->elements; j += 2) {
+        std::string k = ReplyString(g->element[j]);
+        if (k == "name") ours = ReplyString(g->element[j + 1]) == Keys::kGroup;
+        if (k == "pending") pending = static_cast<double>(g->element[j + 1]->integer);
+        if (k == "lag" && g->element[j + 1]->type == REDIS_REPLY_INTEGER) lag = static_cast<double>(g->element[j + 1]->integer);
+      }
+      if (ours) metrics_.SetQueueDepth(pending, lag);
+    }
+  });
+  // Reclaim a dead daemon's entries a few times per lease.
+  uint64_t every = std::max<uint64_t>(1, config_.lease_ms / config_.heartbeat_ms / 3);
+  if (ticks_ % every == 0) Reclaim();
+}
+
+void Daemon::Reclaim() {
+  if (draining_ || !group_ready_) return;
+  size_t ready = 0;
+  for (auto& s : slots_) ready += s->state() == Slot::State::kReady;
+  if (ready == 0 || !backlog_.empty()) return;
+  cmd_->Command({"XAUTOCLAIM", stream_, std::string(Keys::kGroup), config_.consumer, std::to_string(config_.lease_ms),
+                 "0-0", "COUNT", std::to_string(ready)},
+                [this](redisReply* r) {
+                  if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements < 2) return;
+                  redisReply* entries = r->element[1];
+                  if (entries->elements > 0) {
+                    LogInfo("reclaimed entries of a dead daemon", {{"count", static_cast<uint64_t>(entries->elements)}});
+                  }
+                  HandleEntries(entries);
+                  if (r->elements >= 3) {
+                    for (size_t i = 0; i < r->element[2]->elements; ++i) Ack(ReplyString(r->element[2]->element[i]));
+                  }
+                });
+}
+
+void Daemon::OnSignal(evutil_socket_t sig, short, void* arg) {
+  auto* self = static_cast<Daemon*>(arg);
+  if (self->draining_ && sig == SIGINT) {
+    LogWarn("second interrupt: stopping now");
+    self->exit_code_ = 1;
+    event_base_loopexit(self->base_, nullptr);
+    return;
+  }
+  self->Drain(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+void Daemon::Drain(const char* why) {
+  if (draining_) return;
+  draining_ = true;
+  LogInfo("draining", {{"why", why}, {"running", static_cast<uint64_t>(running_.size())},
+                       {"grace_ms", config_.grace_ms}});
+  grace_ev_ = evtimer_new(base_, &Daemon::OnGraceTimer, this);
+  struct timeval tv = {static_cast<time_t>(config_.grace_ms / 1000),
+                       static_cast<suseconds_t>((config_.grace_ms % 1000) * 1000)};
+  evtimer_add(grace_ev_, &tv);
+  // Entries waiting for a slot are not ours to run any more: another daemon (or our restart)
+  // gets them through the pending list.
+  backlog_.clear();
+  MaybeExit();
+}
+
+void Daemon::OnGraceTimer(evutil_socket_t, short, void* arg) {
+  auto* self = static_cast<Daemon*>(arg);
+  if (!self->running_.empty()) {
+    LogWarn("grace period over: killing running jobs", {{"count", static_cast<uint64_t>(self->running_.size())}});
+    for (auto& [id, slot] : self->running_) slot->Kill(KillReason::kShutdown);
+    // Give the kills and result writes a moment; leave regardless after that.
+    struct timeval tv = {2, 0};
+    event_base_loopexit(self->base_, &tv);
+    return;
+  }
+  event_base_loopexit(self->base_, nullptr);
+}
+
+void Daemon::MaybeExit() {
+  if (!draining_) return;
+  bool busy = !running_.empty();
+  for (auto& s : slots_) busy |= s->state() == Slot::State::kReserved;
+  if (busy) return;
+  if (!pending_finishes_.empty() && cmd_->connected()) return;  // still being written
+  if (!pending_finishes_.empty()) {
+    LogWarn("leaving with results not stored (Redis unreachable); their entries stay pending",
+            {{"count", static_cast<uint64_t>(pending_finishes_.size())}});
+  }
+  // Let queued replies (the last results) flush before leaving.
+  struct timeval tv = {0, 100000};
+  event_base_loopexit(base_, &tv);
+}
+
+void Daemon::Stop() {
+  for (auto& s : slots_) s->Shutdown();
+  if (cmd_) cmd_->Close();
+  if (reader_) reader_->Close();
+  if (sub_) sub_->Close();
+  spawner_channel_.Close();
+  if (spawner_.pid > 0) {
+    ::kill(spawner_.pid, SIGKILL);
+    ::waitpid(spawner_.pid, nullptr, 0);
+  }
+  // Keepers die with the spawner (PDEATHSIG); their cgroups empty out right after.
+  for (const auto& [ctrl, dir] : layout_.instance_dirs) {
+    for (uint32_t i = 0; i < slots_.size(); ++i) {
+      std::string slot_dir = dir + "/slot-" + std::to_string(i);
+      for (int tries = 0; tries < 100 && ::rmdir(slot_dir.c_str()) != 0 && errno == EBUSY; ++tries) ::usleep(20000);
+    }
+    if (layout_.mode == CgroupMode::kV1) ::rmdir(dir.c_str());
+  }
+  LogInfo("sandpoold stopped");
+}
+
+}  // namespace sandpool

@@ -1,0 +1,77 @@
+#include "scheduler/outcome.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstring>
+
+namespace sandpool {
+
+void FillOutcome(const ExitedMsg& ex, KillReason reason, JobResult* r) {
+  r->exec_time_us = ex.exec_time_us;
+  r->cpu_time_us = ex.cpu_time_us;
+  r->peak_memory_bytes = ex.peak_memory_bytes;
+  r->killed = reason != KillReason::kNone || ex.cpu_limit;
+  if (ex.have_status) {
+    if (WIFEXITED(ex.wait_status)) r->exit_code = WEXITSTATUS(ex.wait_status);
+    if (WIFSIGNALED(ex.wait_status)) r->signal = WTERMSIG(ex.wait_status);
+  }
+
+  if (ex.exec_errno != 0) {
+    r->outcome = Outcome::kError;
+    r->error = JobError{ErrorCode::kExecFailed, ex.exec_stage + ": " + std::strerror(ex.exec_errno)};
+    return;
+  }
+  switch (reason) {
+    case KillReason::kTimeout:
+      r->outcome = Outcome::kTimeout;
+      r->timed_out = true;
+      return;
+    case KillReason::kCancel:
+      r->outcome = Outcome::kCancelled;
+      r->error = JobError{ErrorCode::kCancelled, "cancelled by a client"};
+      return;
+    case KillReason::kOutputLimit:
+      r->outcome = Outcome::kOutputLimit;
+      return;
+    case KillReason::kShutdown:
+      r->outcome = Outcome::kError;
+      r->error = JobError{ErrorCode::kShutdown, "the daemon was stopped before the job ended"};
+      return;
+    case KillReason::kNone:
+      break;
+  }
+  if (ex.cpu_limit) {
+    r->outcome = Outcome::kCpuLimit;
+    return;
+  }
+  if (!ex.have_status) {
+    // init itself died: only the OOM killer or a keeper failure does that.
+    if (ex.oom_kills > 0) {
+      r->outcome = Outcome::kMemoryLimit;
+    } else {
+      r->outcome = Outcome::kError;
+      r->error = JobError{ErrorCode::kSandboxFailed, ex.started ? "the sandbox died during the job" : "the sandbox died before the job started"};
+    }
+    return;
+  }
+  if (r->signal) {
+    int sig = *r->signal;
+    if (sig == SIGSYS) r->outcome = Outcome::kSeccomp;
+    else if (sig == SIGXCPU) r->outcome = Outcome::kCpuLimit;
+    else if (sig == SIGXFSZ) r->outcome = Outcome::kDiskLimit;
+    else if (sig == SIGKILL && ex.oom_kills > 0) r->outcome = Outcome::kMemoryLimit;
+    else r->outcome = Outcome::kSignal;
+    if (r->outcome == Outcome::kCpuLimit) r->killed = true;
+    return;
+  }
+  int code = r->exit_code.value_or(0);
+  // A job that failed after the kernel refused it memory, a process, or disk space failed
+  // because of that limit; a job that succeeded anyway did not.
+  if (code != 0 && ex.oom_kills > 0) r->outcome = Outcome::kMemoryLimit;
+  else if (code != 0 && ex.pids_max_hits > 0) r->outcome = Outcome::kPidsLimit;
+  else if (code != 0 && ex.disk_full) r->outcome = Outcome::kDiskLimit;
+  else r->outcome = Outcome::kExit;
+}
+
+}  // namespace sandpool

@@ -1,0 +1,147 @@
+#include "scheduler/redis_async.h"
+
+#include <hiredis/adapters/libevent.h>
+
+#include "common/log.h"
+
+namespace sandpool {
+namespace {
+
+struct PendingReply {
+  std::weak_ptr<RedisAsync*> owner;
+  RedisAsync::Callback cb;
+};
+
+}  // namespace
+
+RedisAsync::RedisAsync(struct event_base* base, RedisUrl url, std::string name, Hooks hooks)
+    : base_(base), url_(std::move(url)), name_(std::move(name)), hooks_(std::move(hooks)),
+      self_(std::make_shared<RedisAsync*>(this)) {
+  retry_timer_ = evtimer_new(base_, &RedisAsync::OnRetryTimer, this);
+}
+
+RedisAsync::~RedisAsync() {
+  Close();
+  event_free(retry_timer_);
+}
+
+void RedisAsync::Connect() {
+  if (ac_ != nullptr || closing_) return;
+  ac_ = url_.unix_path.empty() ? redisAsyncConnect(url_.host.c_str(), url_.port)
+                               : redisAsyncConnectUnix(url_.unix_path.c_str());
+  if (ac_ == nullptr || ac_->err) {
+    LogWarn("redis connect failed", {{"conn", name_}, {"error", ac_ ? ac_->errstr : "out of memory"}});
+    if (ac_) redisAsyncFree(ac_);
+    ac_ = nullptr;
+    ScheduleReconnect();
+    return;
+  }
+  ac_->data = this;
+  redisLibeventAttach(ac_, base_);
+  redisAsyncSetConnectCallback(ac_, &RedisAsync::OnConnect);
+  redisAsyncSetDisconnectCallback(ac_, &RedisAsync::OnDisconnect);
+}
+
+void RedisAsync::Close() {
+  closing_ = true;
+  evtimer_del(retry_timer_);
+  if (ac_ != nullptr) {
+    redisAsyncContext* ac = ac_;
+    ac_ = nullptr;
+    connected_ = false;
+    ac->data = nullptr;
+    redisAsyncFree(ac);  // pending callbacks run with nullptr replies
+  }
+}
+
+void RedisAsync::ScheduleReconnect() {
+  if (closing_) return;
+  struct timeval tv = {backoff_ms_ / 1000, (backoff_ms_ % 1000) * 1000};
+  evtimer_add(retry_timer_, &tv);
+  backoff_ms_ = std::min(backoff_ms_ * 2, 2000);
+}
+
+void RedisAsync::OnRetryTimer(evutil_socket_t, short, void* arg) {
+  static_cast<RedisAsync*>(arg)->Connect();
+}
+
+void RedisAsync::OnConnect(const redisAsyncContext* ac, int status) {
+  auto* self = static_cast<RedisAsync*>(ac->data);
+  if (self == nullptr) return;
+  if (status != REDIS_OK) {
+    LogWarn("redis connect failed", {{"conn", self->name_}, {"error", ac->errstr}});
+    self->ac_ = nullptr;  // hiredis frees the context after this callback
+    self->ScheduleReconnect();
+    return;
+  }
+  self->connected_ = true;
+  self->backoff_ms_ = 50;
+  LogDebug("redis connected", {{"conn", self->name_}, {"url", self->url_.Redacted()}});
+  if (!self->url_.password.empty()) {
+    std::vector<std::string> auth = {"AUTH"};
+    if (!self->url_.user.empty()) auth.push_back(self->url_.user);
+    auth.push_back(self->url_.password);
+    std::string name = self->name_;
+    self->Command(auth, [name](redisReply* r) {
+      if (r != nullptr && r->type == REDIS_REPLY_ERROR) LogError("redis AUTH failed", {{"conn", name}, {"error", r->str}});
+    });
+  }
+  if (self->url_.db != 0) self->Command({"SELECT", std::to_string(self->url_.db)}, [](redisReply*) {});
+  for (auto& [channel, cb] : self->subscriptions_) {
+    self->SendRaw({"SUBSCRIBE", channel}, &RedisAsync::OnMessage, cb.get());
+  }
+  if (self->hooks_.on_connect) self->hooks_.on_connect();
+}
+
+void RedisAsync::OnDisconnect(const redisAsyncContext* ac, int status) {
+  auto* self = static_cast<RedisAsync*>(ac->data);
+  if (self == nullptr) return;
+  bool was_connected = self->connected_;
+  self->ac_ = nullptr;
+  self->connected_ = false;
+  if (status != REDIS_OK) LogWarn("redis connection lost", {{"conn", self->name_}, {"error", ac->errstr}});
+  if (was_connected && self->hooks_.on_disconnect) self->hooks_.on_disconnect();
+  self->ScheduleReconnect();
+}
+
+void RedisAsync::SendRaw(const std::vector<std::string>& args, redisCallbackFn* fn, void* priv) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  argv.reserve(args.size());
+  lens.reserve(args.size());
+  for (const std::string& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  redisAsyncCommandArgv(ac_, fn, priv, static_cast<int>(args.size()), argv.data(), lens.data());
+}
+
+bool RedisAsync::Command(const std::vector<std::string>& args, Callback cb) {
+  if (!connected_ || ac_ == nullptr) return false;
+  auto* p = new PendingReply{self_, std::move(cb)};
+  SendRaw(args, &RedisAsync::OnReply, p);
+  return true;
+}
+
+void RedisAsync::OnReply(redisAsyncContext*, void* reply, void* priv) {
+  std::unique_ptr<PendingReply> p(static_cast<PendingReply*>(priv));
+  if (p->owner.expired()) return;
+  if (p->cb) p->cb(static_cast<redisReply*>(reply));
+}
+
+void RedisAsync::Subscribe(const std::string& channel, Callback cb) {
+  auto& slot = subscriptions_[channel];
+  slot = std::make_unique<Callback>(std::move(cb));
+  if (connected_ && ac_ != nullptr) SendRaw({"SUBSCRIBE", channel}, &RedisAsync::OnMessage, slot.get());
+}
+
+void RedisAsync::OnMessage(redisAsyncContext* ac, void* reply, void* priv) {
+  if (ac->data == nullptr || reply == nullptr) return;
+  auto* r = static_cast<redisReply*>(reply);
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_STRING &&
+      std::string_view(r->element[0]->str, r->element[0]->len) == "message") {
+    (*static_cast<Callback*>(priv))(r);
+  }
+}
+
+}  // namespace sandpool

@@ -1,0 +1,76 @@
+// One hiredis async connection driven by the daemon's libevent loop, that reconnects by itself.
+//
+// Contract:
+//  - Command() sends at once if connected and returns true; the callback then runs exactly
+//    once, with the reply, or with nullptr if the connection was lost first. When not connected
+//    it returns false and never calls the callback: the caller decides what waits and what is
+//    dropped (the daemon keeps results in memory, drops live output).
+//  - Commands on one connection are executed by Redis in the order sent.
+//  - After a disconnect, reconnection is retried with exponential backoff (50 ms .. 2 s) until
+//    Close(). on_connect runs after AUTH/SELECT were queued, so commands it sends are
+//    authenticated; on_disconnect runs once per lost connection.
+//  - Subscriptions are re-issued automatically on every (re)connect.
+// Not thread-safe: loop thread only. Callbacks may call back into this object.
+#pragma once
+
+#include <event2/event.h>
+#include <hiredis/async.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "queue/redis_url.h"
+
+namespace sandpool {
+
+class RedisAsync {
+ public:
+  using Callback = std::function<void(redisReply* reply)>;
+  struct Hooks {
+    std::function<void()> on_connect;
+    std::function<void()> on_disconnect;
+  };
+
+  RedisAsync(struct event_base* base, RedisUrl url, std::string name, Hooks hooks);
+  ~RedisAsync();
+  RedisAsync(const RedisAsync&) = delete;
+  RedisAsync& operator=(const RedisAsync&) = delete;
+
+  void Connect();
+  // Disconnects for good; pending callbacks get nullptr.
+  void Close();
+  bool connected() const { return connected_; }
+
+  bool Command(const std::vector<std::string>& args, Callback cb);
+  // Subscribes now (if connected) and after every reconnect; cb gets each ["message", channel,
+  // payload] reply.
+  void Subscribe(const std::string& channel, Callback cb);
+
+ private:
+  static void OnConnect(const redisAsyncContext* ac, int status);
+  static void OnDisconnect(const redisAsyncContext* ac, int status);
+  static void OnReply(redisAsyncContext* ac, void* reply, void* priv);
+  static void OnMessage(redisAsyncContext* ac, void* reply, void* priv);
+  static void OnRetryTimer(evutil_socket_t, short, void* arg);
+
+  void ScheduleReconnect();
+  void SendRaw(const std::vector<std::string>& args, redisCallbackFn* fn, void* priv);
+
+  struct event_base* base_;
+  RedisUrl url_;
+  std::string name_;
+  Hooks hooks_;
+  redisAsyncContext* ac_ = nullptr;
+  bool connected_ = false;
+  bool closing_ = false;
+  int backoff_ms_ = 50;
+  struct event* retry_timer_ = nullptr;
+  std::map<std::string, std::unique_ptr<Callback>> subscriptions_;
+  // Liveness token: callbacks in flight hold a weak copy, so a destroyed RedisAsync is noticed.
+  std::shared_ptr<RedisAsync*> self_;
+};
+
+}  // namespace sandpool

@@ -1,0 +1,122 @@
+// The daemon's side of one pool slot: the channel to its keeper, the job running in it, and
+// the job's stdio pipes, all driven by the libevent loop.
+//
+// Life of a job in a slot: Reserve() when a job is taken for it (before the Redis claim
+// returns), Start() with the claimed job, or Release() if the claim said not to run it. While
+// running, output is read as it comes and handed to the owner (OnOutput) up to the job's cap;
+// the job ends when the keeper reports Exited and both pipes reached EOF, and the owner gets
+// the finished JobResult (OnFinished). The slot then waits for the keeper's next Ready.
+//
+// Ownership: the Daemon owns Slots and outlives them; callbacks run on the loop thread.
+#pragma once
+
+#include <event2/event.h>
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/fd.h"
+#include "queue/protocol.h"
+#include "scheduler/outcome.h"
+#include "worker/channel.h"
+#include "worker/messages.h"
+
+namespace sandpool {
+
+class Slot;
+
+struct SlotHooks {
+  std::function<void(Slot&)> on_ready;                 // a sandbox is ready for a job
+  std::function<void(Slot&)> on_started;               // the job's process started
+  std::function<void(Slot&, std::string_view stream, std::string_view data)> on_output;
+  std::function<void(Slot&, JobResult&&)> on_finished;  // the job is over
+  std::function<void(Slot&)> on_keeper_lost;           // the keeper died; a new one is needed
+  std::function<void(Slot&, double seconds)> on_prepared;  // sandbox preparation time
+};
+
+// A job handed to a slot: the validated spec plus what the queue knows about it.
+struct SlotJob {
+  JobSpec spec;
+  std::string entry;        // stream entry id
+  uint32_t attempt = 1;
+  uint64_t queue_wait_us = 0;
+  uint64_t cpu_time_ms = 0;  // server default CPU-time limit
+};
+
+class Slot {
+ public:
+  enum class State { kNoKeeper, kPreparing, kReady, kReserved, kRunning };
+
+  Slot(struct event_base* base, uint32_t index, SlotHooks hooks);
+  ~Slot();
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+
+  uint32_t index() const { return index_; }
+  State state() const { return state_; }
+  bool failing() const { return failing_; }
+  const SlotJob* job() const { return job_ ? &*job_ : nullptr; }
+  // The stream entry of the job that ran last (valid in on_finished, after job() is gone).
+  const std::string& last_entry() const { return last_entry_; }
+  // Sequence numbers of the live events of the current job (0 = started).
+  uint64_t NextSeq() { return seq_++; }
+
+  void AttachKeeper(UniqueFd channel, pid_t pid);
+  // kReady -> kReserved. The slot is held for a job whose claim is in flight.
+  void Reserve();
+  // kReserved -> kReady (the claim said not to run it).
+  void Release();
+  // kReserved -> kRunning: sends the job to the keeper.
+  void Start(SlotJob job);
+  // Kills the running job (no-op if none or already killed); the result says why.
+  void Kill(KillReason reason);
+  // Closes the keeper channel (the keeper exits and its sandbox dies).
+  void Shutdown();
+
+ private:
+  static void OnChannel(evutil_socket_t, short, void* arg);
+  static void OnPipe(evutil_socket_t fd, short, void* arg);
+  static void OnStdin(evutil_socket_t fd, short, void* arg);
+  static void OnTimeout(evutil_socket_t, short, void* arg);
+
+  void HandleFrame(Frame& f);
+  void ReadPipe(int which);
+  void WriteStdin();
+  void MaybeFinish();
+  void LoseKeeper(const std::string& why);
+  void ResetJob();
+  void SendToKeeper(MsgType t, const std::string& payload);
+  void NotifyStarted();
+
+  struct event_base* base_;
+  uint32_t index_;
+  SlotHooks hooks_;
+  State state_ = State::kNoKeeper;
+  bool failing_ = false;
+  pid_t keeper_pid_ = -1;
+  Channel channel_;
+  struct event* channel_ev_ = nullptr;
+  uint64_t generation_ = 0;
+
+  // Pipes of the prepared sandbox (valid from Ready until the job ends).
+  UniqueFd stdin_, pipes_[2];
+  struct event* pipe_ev_[2] = {nullptr, nullptr};
+  struct event* stdin_ev_ = nullptr;
+  struct event* timeout_ev_ = nullptr;
+
+  std::optional<SlotJob> job_;
+  std::string last_entry_;
+  JobResult result_;
+  uint64_t seq_ = 0;
+  size_t stdin_off_ = 0;
+  bool eof_[2] = {false, false};
+  bool exited_ = false;
+  bool started_notified_ = false;  // on_started runs once, before any output
+  ExitedMsg exited_msg_;
+  KillReason kill_ = KillReason::kNone;
+};
+
+}  // namespace sandpool

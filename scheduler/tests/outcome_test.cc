@@ -1,0 +1,90 @@
+#include "scheduler/outcome.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+namespace sandpool {
+namespace {
+
+ExitedMsg Exited(int code) {
+  ExitedMsg m;
+  m.have_status = true;
+  m.started = true;
+  m.wait_status = code << 8;  // as waitpid reports a normal exit
+  return m;
+}
+
+ExitedMsg Signaled(int sig) {
+  ExitedMsg m;
+  m.have_status = true;
+  m.started = true;
+  m.wait_status = sig;
+  return m;
+}
+
+JobResult Fill(const ExitedMsg& m, KillReason k = KillReason::kNone) {
+  JobResult r;
+  FillOutcome(m, k, &r);
+  return r;
+}
+
+TEST(Outcome, NormalExitKeepsTheCode) {
+  JobResult r = Fill(Exited(3));
+  EXPECT_EQ(r.outcome, Outcome::kExit);
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_FALSE(r.killed);
+  EXPECT_FALSE(r.error.has_value());
+}
+
+TEST(Outcome, DaemonKillsSayWhy) {
+  EXPECT_EQ(Fill(Signaled(SIGKILL), KillReason::kTimeout).outcome, Outcome::kTimeout);
+  EXPECT_TRUE(Fill(Signaled(SIGKILL), KillReason::kTimeout).timed_out);
+  EXPECT_EQ(Fill(Signaled(SIGKILL), KillReason::kCancel).error->code, ErrorCode::kCancelled);
+  EXPECT_EQ(Fill(Signaled(SIGKILL), KillReason::kOutputLimit).outcome, Outcome::kOutputLimit);
+  JobResult shutdown = Fill(Signaled(SIGKILL), KillReason::kShutdown);
+  EXPECT_EQ(shutdown.error->code, ErrorCode::kShutdown);
+  EXPECT_TRUE(ErrorCodeRetryable(shutdown.error->code));
+}
+
+TEST(Outcome, KernelLimitsAreNamed) {
+  EXPECT_EQ(Fill(Signaled(SIGSYS)).outcome, Outcome::kSeccomp);
+  EXPECT_EQ(Fill(Signaled(SIGXCPU)).outcome, Outcome::kCpuLimit);
+  EXPECT_EQ(Fill(Signaled(SIGXFSZ)).outcome, Outcome::kDiskLimit);
+  ExitedMsg oom = Signaled(SIGKILL);
+  oom.oom_kills = 1;
+  EXPECT_EQ(Fill(oom).outcome, Outcome::kMemoryLimit);
+  ExitedMsg pids = Exited(2);
+  pids.pids_max_hits = 4;
+  EXPECT_EQ(Fill(pids).outcome, Outcome::kPidsLimit);
+  ExitedMsg disk = Exited(1);
+  disk.disk_full = true;
+  EXPECT_EQ(Fill(disk).outcome, Outcome::kDiskLimit);
+  // A job that hit a limit but still succeeded succeeded.
+  ExitedMsg fine = Exited(0);
+  fine.pids_max_hits = 4;
+  EXPECT_EQ(Fill(fine).outcome, Outcome::kExit);
+  ExitedMsg cpu = Signaled(SIGKILL);
+  cpu.cpu_limit = true;
+  EXPECT_EQ(Fill(cpu).outcome, Outcome::kCpuLimit);
+  EXPECT_EQ(Fill(Signaled(SIGTERM)).outcome, Outcome::kSignal);
+  EXPECT_EQ(Fill(Signaled(SIGTERM)).signal, SIGTERM);
+}
+
+TEST(Outcome, ExecFailureAndLostSandbox) {
+  ExitedMsg m = Exited(127);
+  m.started = false;
+  m.exec_errno = ENOENT;
+  m.exec_stage = "exec";
+  JobResult r = Fill(m);
+  EXPECT_EQ(r.outcome, Outcome::kError);
+  EXPECT_EQ(r.error->code, ErrorCode::kExecFailed);
+  EXPECT_EQ(r.exit_code, 127);
+  ExitedMsg gone;
+  JobResult lost = Fill(gone);
+  EXPECT_EQ(lost.error->code, ErrorCode::kSandboxFailed);
+}
+
+}  // namespace
+}  // namespace sandpool
