@@ -1,6 +1,7 @@
 #include "scheduler/daemon.h"
 
 #include <signal.h>
+#include <cerrno>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,6 +62,9 @@ Status Daemon::Start() {
     evsignal_add(e, nullptr);
     signal_evs_.push_back(e);
   }
+  struct event* chld = evsignal_new(base_, SIGCHLD, &Daemon::OnChildSignal, this);
+  evsignal_add(chld, nullptr);
+  signal_evs_.push_back(chld);
   (void)SetNonBlocking(spawner_channel_.fd());
   spawner_ev_ = event_new(base_, spawner_channel_.fd(), EV_READ | EV_PERSIST, &Daemon::OnSpawnerEvent, this);
   event_add(spawner_ev_, nullptr);
@@ -237,7 +241,9 @@ void Daemon::MaybeRead() {
                     "BLOCK", std::to_string(kBlockMs), "STREAMS", stream_, ">"},
                    [this](redisReply* r) {
                      read_in_flight_ = false;
-                     if (r == nullptr) return;
+                     // While draining, entries that still arrive stay pending and unclaimed:
+                     // another daemon, or our own restart, runs them.
+                     if (r == nullptr || draining_) return;
                      if (r->type == REDIS_REPLY_ERROR) {
                        LogWarn("XREADGROUP failed", {{"error", ReplyString(r)}});
                        if (ReplyString(r).rfind("NOGROUP", 0) == 0) group_ready_ = false;
@@ -331,9 +337,7 @@ void Daemon::Dispatch(Entry e) {
   }
   Slot* slot = ReadySlot();
   if (slot == nullptr) {
-    inflight_entries_.erase(e.id);  // refreshed via the backlog loop below
-    inflight_entries_.insert(e.id);
-    backlog_.push_back(std::move(e));
+    backlog_.push_back(std::move(e));  // stays in inflight_entries_, so its lease is refreshed
     return;
   }
   metrics_.JobReceived();
@@ -347,14 +351,17 @@ void Daemon::Claim(Slot* slot, JobSpec spec, Entry e) {
   std::string entry = e.id;
   uint64_t max_attempts = uint64_t{spec.retries} + 1;
   auto shared_spec = std::make_shared<JobSpec>(std::move(spec));
+  bool retry_own = unsure_claims_.erase(entry) > 0;
   bool sent = cmd_->Command(
       {"EVAL", kClaimScript, "2", keys_.Job(job_id), keys_.Result(job_id), entry, config_.consumer,
-       std::to_string(WallMs()), std::to_string(config_.result_ttl_s), std::to_string(max_attempts)},
+       std::to_string(WallMs()), std::to_string(config_.result_ttl_s), std::to_string(max_attempts),
+       retry_own ? "1" : "0"},
       [this, slot, shared_spec, entry, job_id](redisReply* r) {
         if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
           // Unknown whether the claim happened: leave the entry pending; the own-pending scan
           // after reconnecting runs it (or finds it claimed).
           if (r != nullptr) LogWarn("claim failed", {{"job", job_id}, {"error", ReplyString(r)}});
+          unsure_claims_.insert(entry);
           inflight_entries_.erase(entry);
           own_pending_scan_ = true;
           slot->Release();
@@ -555,6 +562,23 @@ void Daemon::Reclaim() {
                 });
 }
 
+void Daemon::OnChildSignal(evutil_socket_t, short, void* arg) { static_cast<Daemon*>(arg)->ReapChildren(); }
+
+// Our children are the spawner and, as subreaper, any orphan of our tree.
+void Daemon::ReapChildren() {
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG | __WALL);
+    if (pid <= 0) return;
+    if (pid == spawner_.pid) {
+      spawner_.pid = -1;
+      LogError("the spawner exited; shutting down", {{"status", status}});
+      exit_code_ = 1;
+      Drain("spawner lost");
+    }
+  }
+}
+
 void Daemon::OnSignal(evutil_socket_t sig, short, void* arg) {
   auto* self = static_cast<Daemon*>(arg);
   if (self->draining_ && sig == SIGINT) {
@@ -576,8 +600,10 @@ void Daemon::Drain(const char* why) {
                        static_cast<suseconds_t>((config_.grace_ms % 1000) * 1000)};
   evtimer_add(grace_ev_, &tv);
   // Entries waiting for a slot are not ours to run any more: another daemon (or our restart)
-  // gets them through the pending list.
+  // gets them through the pending list, unclaimed, so they run normally. Closing the reader
+  // drops a reply that may be on its way for the same reason.
   backlog_.clear();
+  if (reader_) reader_->Close();
   MaybeExit();
 }
 
@@ -615,11 +641,22 @@ void Daemon::Stop() {
   if (reader_) reader_->Close();
   if (sub_) sub_->Close();
   spawner_channel_.Close();
-  if (spawner_.pid > 0) {
-    ::kill(spawner_.pid, SIGKILL);
-    ::waitpid(spawner_.pid, nullptr, 0);
+  if (spawner_.pid > 0) ::kill(spawner_.pid, SIGKILL);
+  // Keepers die with the spawner and sandboxes with their keepers (PDEATHSIG); as subreaper we
+  // inherit and reap all of them, so when waitpid says there is no child left, nothing of ours
+  // is left on the host.
+  int64_t deadline = MonotonicUs() + 10 * 1000000;
+  for (;;) {
+    pid_t pid = ::waitpid(-1, nullptr, WNOHANG | __WALL);
+    if (pid < 0 && errno == ECHILD) break;
+    if (pid == 0) {
+      if (MonotonicUs() > deadline) {
+        LogWarn("processes of the pool still running after 10 s");
+        break;
+      }
+      ::usleep(2000);
+    }
   }
-  // Keepers die with the spawner (PDEATHSIG); their cgroups empty out right after.
   for (const auto& [ctrl, dir] : layout_.instance_dirs) {
     for (uint32_t i = 0; i < slots_.size(); ++i) {
       std::string slot_dir = dir + "/slot-" + std::to_string(i);

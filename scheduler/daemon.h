@@ -85,6 +85,8 @@ class Daemon {
   static void OnSignal(evutil_socket_t sig, short, void* arg);
   static void OnGraceTimer(evutil_socket_t, short, void* arg);
   static void OnSpawnerEvent(evutil_socket_t, short, void* arg);
+  static void OnChildSignal(evutil_socket_t, short, void* arg);
+  void ReapChildren();
 
   DaemonConfig config_;
   struct event_base* base_;
@@ -112,6 +114,7 @@ class Daemon {
   std::set<std::string> inflight_entries_;       // entries this daemon holds (PEL refresh)
   std::map<std::string, Slot*> running_;         // job id -> slot
   std::set<std::string> cancelled_unstarted_;    // cancels seen for jobs not (yet) running here
+  std::set<std::string> unsure_claims_;          // claims sent whose reply was lost
   std::deque<PendingFinish> pending_finishes_;   // results waiting for Redis
 
   struct event* heartbeat_ev_ = nullptr;

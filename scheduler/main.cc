@@ -1,6 +1,7 @@
 // sandpoold: the sandbox pool daemon. See docs/ARCHITECTURE.md.
 #include <event2/event.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -30,6 +31,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   ::signal(SIGPIPE, SIG_IGN);
+  // Orphans of our process tree (a sandbox init whose keeper died) are reparented to us, not to
+  // the host's init, and we reap them: no zombie is left behind on the host.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   // One fd per pipe and channel per slot; keep well clear of the default 1024.
   struct rlimit nofile;
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {

@@ -30,7 +30,9 @@ void RedisAsync::Connect() {
   ac_ = url_.unix_path.empty() ? redisAsyncConnect(url_.host.c_str(), url_.port)
                                : redisAsyncConnectUnix(url_.unix_path.c_str());
   if (ac_ == nullptr || ac_->err) {
-    LogWarn("redis connect failed", {{"conn", name_}, {"error", ac_ ? ac_->errstr : "out of memory"}});
+    Log(warned_ ? LogLevel::kDebug : LogLevel::kWarn, "redis connect failed",
+        {{"conn", name_}, {"error", ac_ ? ac_->errstr : "out of memory"}});
+    warned_ = true;
     if (ac_) redisAsyncFree(ac_);
     ac_ = nullptr;
     ScheduleReconnect();
@@ -69,13 +71,17 @@ void RedisAsync::OnConnect(const redisAsyncContext* ac, int status) {
   auto* self = static_cast<RedisAsync*>(ac->data);
   if (self == nullptr) return;
   if (status != REDIS_OK) {
-    LogWarn("redis connect failed", {{"conn", self->name_}, {"error", ac->errstr}});
+    Log(self->warned_ ? LogLevel::kDebug : LogLevel::kWarn, "redis connect failed",
+        {{"conn", self->name_}, {"error", ac->errstr}});
+    self->warned_ = true;
     self->ac_ = nullptr;  // hiredis frees the context after this callback
     self->ScheduleReconnect();
     return;
   }
   self->connected_ = true;
   self->backoff_ms_ = 50;
+  if (self->warned_) LogInfo("redis reconnected", {{"conn", self->name_}});
+  self->warned_ = false;
   LogDebug("redis connected", {{"conn", self->name_}, {"url", self->url_.Redacted()}});
   if (!self->url_.password.empty()) {
     std::vector<std::string> auth = {"AUTH"};

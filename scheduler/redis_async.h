@@ -67,6 +67,7 @@ class RedisAsync {
   bool connected_ = false;
   bool closing_ = false;
   int backoff_ms_ = 50;
+  bool warned_ = false;  // one warning per outage, not one per retry
   struct event* retry_timer_ = nullptr;
   std::map<std::string, std::unique_ptr<Callback>> subscriptions_;
   // Liveness token: callbacks in flight hold a weak copy, so a destroyed RedisAsync is noticed.

@@ -2,7 +2,8 @@
 // them by hash, and EVAL survives SCRIPT FLUSH and restarts, unlike EVALSHA).
 //
 // CLAIM  KEYS: job hash, result key
-//        ARGV: entry id, consumer, now ms, ttl s, max attempts
+//        ARGV: entry id, consumer, now ms, ttl s, max attempts, retry-own-claim ("1" when this
+//              daemon sent a claim for this entry before and lost the reply: it never ran)
 //   -> {verdict, attempt}: "run" (attempt incremented: run it), "dup" (another entry owns this
 //      id: ack and drop), "done" (a result exists: ack and drop), "cancelled" (a client
 //      cancelled it while queued), "lost" (it was running under a daemon that died and has no

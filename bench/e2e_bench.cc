@@ -1,0 +1,831 @@
+// sandpool_bench: end-to-end benchmark client for sandpoold, plus process-spawning peers timed by
+// the same binary (bwrap, plain posix_spawn, a cold python3) so that ratios are fair.
+//
+// Every measurement prints one JSON line on stdout (the same shape as bench/peers/*.mjs) and a
+// human-readable row on stderr. bench/run.sh starts Redis and the daemon and calls this.
+//
+//   sandpool_bench --redis unix:///tmp/x.sock --modes latency,throughput,peers [options]
+//
+// latency:    N sequential jobs after W warm-up jobs; each: XADD, wait for `exited` (the
+//             subscription, one PSUBSCRIBE <prefix>:out:*, is active before the first XADD).
+//             Also prints a per-job time breakdown (XADD round trip, XADD -> started,
+//             started -> exited, the daemon's exec_time_us / queue_wait_us / cpu_time_us).
+// throughput: K jobs kept in flight until M jobs are done; jobs/s, latency percentiles and CPU
+//             per job (the daemon's process tree, Redis, this client, the whole host).
+// peers:      bwrap / posix_spawn(/bin/true) / /usr/bin/python3 -c pass, N runs each.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "queue/keys.h"
+#include "queue/protocol.h"
+#include "queue/redis_sync.h"
+#include "queue/redis_url.h"
+
+extern char** environ;
+
+namespace sandpool::bench {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+struct Options {
+  std::string redis;
+  std::string prefix = "sandpool";
+  std::string queue = "default";
+  std::vector<std::string> modes = {"latency", "throughput", "peers"};
+  int n = 500;               // sequential jobs per kind (latency)
+  int warmup = 50;           // warm-up jobs before each latency series / throughput run
+  int tp_n = 3000;           // jobs per throughput run
+  std::vector<int> inflight = {8, 64};
+  int peer_n = 300;          // runs per peer
+  int peer_inflight = 8;     // peers are also run with this many in flight (0: skip)
+  int peer_tp_n = 600;       // runs for the peer throughput measurement
+  int idle_timeout_ms = 30000;  // no event for this long while jobs are pending: report as lost
+  pid_t daemon_pid = 0;      // for CPU accounting (0: skip)
+  pid_t redis_pid = 0;
+  std::string bwrap = "/usr/bin/bwrap";
+  std::string python = "/usr/bin/python3";
+};
+
+std::vector<std::string> Split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(sep, start);
+    if (end == std::string_view::npos) end = s.size();
+    if (end > start) out.emplace_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+[[noreturn]] void Usage(const char* msg) {
+  if (msg != nullptr) std::fprintf(stderr, "sandpool_bench: %s\n", msg);
+  std::fprintf(stderr,
+               "usage: sandpool_bench --redis URL [--prefix P] [--queue Q]\n"
+               "  [--modes latency,throughput,peers] [--n N] [--warmup W] [--tp-n M]\n"
+               "  [--inflight 8,64] [--peer-n N] [--peer-inflight K] [--peer-tp-n M]\n"
+               "  [--idle-timeout-ms MS] [--daemon-pid PID] [--redis-pid PID]\n"
+               "  [--bwrap PATH] [--python PATH]\n");
+  std::exit(2);
+}
+
+int ParseInt(const char* s, const char* what) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || v < 0 || v > 100000000) {
+    std::string m = std::string("bad value for ") + what + ": " + s;
+    Usage(m.c_str());
+  }
+  return static_cast<int>(v);
+}
+
+Options ParseOptions(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) Usage(("missing value for " + a).c_str());
+      return argv[++i];
+    };
+    if (a == "--redis") o.redis = next();
+    else if (a == "--prefix") o.prefix = next();
+    else if (a == "--queue") o.queue = next();
+    else if (a == "--modes") o.modes = Split(next(), ',');
+    else if (a == "--n") o.n = ParseInt(next(), "--n");
+    else if (a == "--warmup") o.warmup = ParseInt(next(), "--warmup");
+    else if (a == "--tp-n") o.tp_n = ParseInt(next(), "--tp-n");
+    else if (a == "--inflight") {
+      o.inflight.clear();
+      for (const auto& k : Split(next(), ',')) o.inflight.push_back(ParseInt(k.c_str(), "--inflight"));
+    } else if (a == "--peer-n") o.peer_n = ParseInt(next(), "--peer-n");
+    else if (a == "--peer-inflight") o.peer_inflight = ParseInt(next(), "--peer-inflight");
+    else if (a == "--peer-tp-n") o.peer_tp_n = ParseInt(next(), "--peer-tp-n");
+    else if (a == "--idle-timeout-ms") o.idle_timeout_ms = ParseInt(next(), "--idle-timeout-ms");
+    else if (a == "--daemon-pid") o.daemon_pid = ParseInt(next(), "--daemon-pid");
+    else if (a == "--redis-pid") o.redis_pid = ParseInt(next(), "--redis-pid");
+    else if (a == "--bwrap") o.bwrap = next();
+    else if (a == "--python") o.python = next();
+    else if (a == "--help" || a == "-h") Usage(nullptr);
+    else Usage(("unknown option " + a).c_str());
+  }
+  return o;
+}
+
+bool HasMode(const Options& o, std::string_view m) {
+  return std::find(o.modes.begin(), o.modes.end(), m) != o.modes.end();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and output
+
+double Percentile(std::vector<double> v, double p) {  // nearest rank
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+  if (rank < 1) rank = 1;
+  return v[std::min(rank, v.size()) - 1];
+}
+
+double Mean(const std::vector<double>& v) {
+  if (v.empty()) return std::nan("");
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
+std::string JsonEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string Num(double x) {
+  if (std::isnan(x) || std::isinf(x)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4f", x);
+  // Trim trailing zeros for readability.
+  std::string s = buf;
+  while (!s.empty() && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+// One measurement = one JSON line. Field names are shared with bench/peers/*.mjs.
+struct Measurement {
+  std::string system;    // sandpool, bwrap, posix_spawn, python3
+  std::string variant;   // e.g. "isolated", "unshare-all"
+  std::string mode;      // latency | throughput | per_run | breakdown
+  std::string command;   // what ran
+  int inflight = 1;
+  int n = 0;             // completed samples
+  int errors = 0;        // completed with an unexpected result
+  int lost = 0;          // never completed
+  std::vector<double> samples_ms;
+  double wall_s = 0;     // throughput: wall time of the timed part
+  std::vector<std::pair<std::string, double>> extra;
+  std::string note;      // first error, "not measured: ...", ...
+  bool measured = true;
+};
+
+void Emit(const Measurement& m) {
+  std::ostringstream j;
+  j << "{\"system\":\"" << JsonEscape(m.system) << "\",\"variant\":\"" << JsonEscape(m.variant)
+    << "\",\"mode\":\"" << m.mode << "\",\"command\":\"" << JsonEscape(m.command)
+    << "\",\"measured\":" << (m.measured ? "true" : "false");
+  if (m.measured) {
+    j << ",\"inflight\":" << m.inflight << ",\"n\":" << m.n << ",\"errors\":" << m.errors
+      << ",\"lost\":" << m.lost;
+    if (!m.samples_ms.empty()) {
+      j << ",\"p50_ms\":" << Num(Percentile(m.samples_ms, 50))
+        << ",\"p90_ms\":" << Num(Percentile(m.samples_ms, 90))
+        << ",\"p99_ms\":" << Num(Percentile(m.samples_ms, 99))
+        << ",\"max_ms\":" << Num(Percentile(m.samples_ms, 100))
+        << ",\"mean_ms\":" << Num(Mean(m.samples_ms));
+    }
+    if (m.wall_s > 0) {
+      j << ",\"wall_s\":" << Num(m.wall_s)
+        << ",\"per_s\":" << Num(static_cast<double>(m.n) / m.wall_s);
+    }
+    for (const auto& [k, v] : m.extra) j << ",\"" << JsonEscape(k) << "\":" << Num(v);
+  }
+  if (!m.note.empty()) j << ",\"note\":\"" << JsonEscape(m.note) << "\"";
+  j << "}";
+  std::printf("%s\n", j.str().c_str());
+  std::fflush(stdout);
+
+  std::string label = m.system + "/" + m.variant + " " + m.mode + " [" + m.command + "]";
+  if (m.inflight > 1) label += " x" + std::to_string(m.inflight);
+  if (!m.measured) {
+    std::fprintf(stderr, "%-62s %s\n", label.c_str(), m.note.c_str());
+    return;
+  }
+  if (m.samples_ms.empty()) {
+    std::fprintf(stderr, "%-62s n=%d errors=%d lost=%d %s\n", label.c_str(), m.n, m.errors, m.lost,
+                 m.note.c_str());
+  } else {
+    std::fprintf(stderr, "%-62s n=%-5d p50 %7.3f  p90 %7.3f  p99 %7.3f  max %8.3f ms", label.c_str(),
+                 m.n, Percentile(m.samples_ms, 50), Percentile(m.samples_ms, 90),
+                 Percentile(m.samples_ms, 99), Percentile(m.samples_ms, 100));
+    if (m.wall_s > 0) std::fprintf(stderr, "  %8.1f /s", static_cast<double>(m.n) / m.wall_s);
+    if (m.errors || m.lost) std::fprintf(stderr, "  errors=%d lost=%d", m.errors, m.lost);
+    std::fprintf(stderr, "\n");
+  }
+  for (const auto& [k, v] : m.extra) std::fprintf(stderr, "    %-40s %10.3f\n", k.c_str(), v);
+  if (!m.note.empty() && m.measured) std::fprintf(stderr, "    note: %s\n", m.note.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU accounting (ticks of USER_HZ)
+
+int64_t Ticks() { return sysconf(_SC_CLK_TCK); }
+
+// utime + stime + cutime + cstime of one process, in clock ticks (0 if gone).
+int64_t ProcTicks(pid_t pid, pid_t* ppid_out = nullptr) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return 0;
+  size_t rp = line.rfind(')');
+  if (rp == std::string::npos) return 0;
+  std::istringstream rest(line.substr(rp + 2));
+  std::vector<std::string> fields;
+  std::string tok;
+  while (rest >> tok) fields.push_back(tok);
+  // fields[0] = state (field 3); utime is field 14 -> index 11.
+  if (fields.size() < 15) return 0;
+  if (ppid_out != nullptr) *ppid_out = static_cast<pid_t>(std::atol(fields[1].c_str()));
+  return std::atoll(fields[11].c_str()) + std::atoll(fields[12].c_str()) +
+         std::atoll(fields[13].c_str()) + std::atoll(fields[14].c_str());
+}
+
+// CPU of a process and all its live descendants (children already reaped count through
+// cutime/cstime of their parent). The daemon's sandboxes are reaped by its keepers, so this covers
+// the daemon, spawner, keepers and every finished sandbox.
+int64_t TreeTicks(pid_t root) {
+  if (root <= 0) return 0;
+  std::map<pid_t, std::pair<pid_t, int64_t>> procs;  // pid -> (ppid, ticks)
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return 0;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    pid_t pp = 0;
+    int64_t t = ProcTicks(static_cast<pid_t>(pid), &pp);
+    procs[static_cast<pid_t>(pid)] = {pp, t};
+  }
+  closedir(d);
+  int64_t total = 0;
+  for (const auto& [pid, info] : procs) {
+    pid_t p = pid;
+    for (int depth = 0; depth < 64 && p > 1; ++depth) {
+      if (p == root) {
+        total += info.second;
+        break;
+      }
+      auto it = procs.find(p);
+      if (it == procs.end()) break;
+      p = it->second.first;
+    }
+  }
+  return total;
+}
+
+// Busy ticks of the whole host (all CPUs) and steal.
+std::pair<int64_t, int64_t> HostTicks() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  int64_t v[10] = {};
+  f >> cpu;
+  for (auto& x : v) f >> x;
+  // user nice system idle iowait irq softirq steal guest guest_nice
+  int64_t busy = v[0] + v[1] + v[2] + v[5] + v[6];
+  return {busy, v[7]};
+}
+
+int64_t SelfCpuUs() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (int64_t{ru.ru_utime.tv_sec} + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
+         ru.ru_stime.tv_usec;
+}
+
+struct CpuSnap {
+  int64_t daemon = 0, redis = 0, host = 0, steal = 0, self_us = 0;
+};
+
+CpuSnap TakeCpu(const Options& o) {
+  CpuSnap s;
+  s.daemon = TreeTicks(o.daemon_pid);
+  s.redis = o.redis_pid > 0 ? ProcTicks(o.redis_pid) : 0;
+  auto [busy, steal] = HostTicks();
+  s.host = busy;
+  s.steal = steal;
+  s.self_us = SelfCpuUs();
+  return s;
+}
+
+void AddCpu(Measurement& m, const Options& o, const CpuSnap& a, const CpuSnap& b, int jobs) {
+  if (jobs <= 0) return;
+  double tick_ms = 1000.0 / static_cast<double>(Ticks());
+  double nj = jobs;
+  if (o.daemon_pid > 0) m.extra.push_back({"cpu_ms_per_job_daemon_tree", (b.daemon - a.daemon) * tick_ms / nj});
+  if (o.redis_pid > 0) m.extra.push_back({"cpu_ms_per_job_redis", (b.redis - a.redis) * tick_ms / nj});
+  m.extra.push_back({"cpu_ms_per_job_client", (b.self_us - a.self_us) / 1000.0 / nj});
+  m.extra.push_back({"cpu_ms_per_job_host_total", (b.host - a.host) * tick_ms / nj});
+  m.extra.push_back({"host_steal_ms_total", (b.steal - a.steal) * tick_ms});
+}
+
+// ---------------------------------------------------------------------------------------------
+// sandpool client
+
+std::string_view Str(const redisReply* r) {
+  if (r == nullptr || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)) return {};
+  return std::string_view(r->str, r->len);
+}
+
+struct JobKind {
+  std::string name;     // JSON "command"
+  JobSpec spec;         // id filled per job
+  std::string expect_stdout;
+};
+
+JobKind ShellEcho() {
+  JobKind k;
+  k.name = "shell: echo hi";
+  k.spec.shell = "echo hi";
+  k.expect_stdout = "hi\n";
+  return k;
+}
+
+JobKind ArgvTrue() {
+  JobKind k;
+  k.name = "argv: /bin/true";
+  k.spec.argv = {"/bin/true"};
+  return k;
+}
+
+struct Pending {
+  int64_t t_submit_us = 0;
+  int64_t t_xadd_done_us = 0;
+  int64_t t_started_us = 0;
+};
+
+struct Done {
+  std::string id;
+  int64_t t_exited_us = 0;
+  Pending p;
+  JobResult result;
+};
+
+class Client {
+ public:
+  Client(const Options& o) : opts_(o), keys_(o.prefix) {
+    stream_ = keys_.Queue(o.queue);
+    out_prefix_ = keys_.Out("");
+    run_tag_ = std::to_string(getpid()) + "-" + std::to_string(WallMs() % 100000000);
+  }
+
+  Status Init() {
+    auto url = ParseRedisUrl(opts_.redis);
+    if (!url.ok()) return url.status();
+    auto c = SyncRedis::Connect(*url);
+    if (!c.ok()) return c.status();
+    cmd_ = std::move(c).value();
+    auto s = SyncRedis::Connect(*url);
+    if (!s.ok()) return s.status();
+    sub_ = std::move(s).value();
+    SP_RETURN_IF_ERROR(sub_->Append({"PSUBSCRIBE", out_prefix_ + "*"}));
+    auto ack = sub_->ReadReply(5000);
+    if (!ack.ok()) return ack.status().Prefixed("PSUBSCRIBE");
+    const redisReply* r = ack.value().get();
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || Str(r->element[0]) != "psubscribe") {
+      return Status::Error("PSUBSCRIBE: unexpected reply");
+    }
+    return Status::Ok();
+  }
+
+  std::string NextId(std::string_view tag) {
+    return "b-" + run_tag_ + "-" + std::string(tag) + "-" + std::to_string(++counter_);
+  }
+
+  // XADD one job; records timestamps in pending_.
+  Status Submit(const JobKind& kind, const std::string& id) {
+    JobSpec spec = kind.spec;
+    spec.id = id;
+    std::string payload = EncodeJobRequest(spec, false);
+    Pending p;
+    p.t_submit_us = MonotonicUs();
+    pending_[id] = p;
+    auto r = cmd_->Command({"XADD", stream_, "*", "id", id, "job", payload});
+    if (!r.ok()) {
+      pending_.erase(id);
+      return r.status().Prefixed("XADD");
+    }
+    pending_[id].t_xadd_done_us = MonotonicUs();
+    return Status::Ok();
+  }
+
+  // Waits for the next `exited` event of a pending job. nullopt: nothing for idle_timeout_ms.
+  Result<std::optional<Done>> NextDone() {
+    for (;;) {
+      auto reply = sub_->ReadReply(opts_.idle_timeout_ms);
+      if (!reply.ok()) {
+        if (reply.status().sys_errno() == ETIMEDOUT) return std::optional<Done>();
+        return reply.status().Prefixed("subscriber");
+      }
+      int64_t now = MonotonicUs();
+      const redisReply* r = reply.value().get();
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || Str(r->element[0]) != "pmessage") {
+        continue;
+      }
+      std::string_view chan = Str(r->element[2]);
+      if (chan.substr(0, out_prefix_.size()) != out_prefix_) continue;
+      std::string id(chan.substr(out_prefix_.size()));
+      auto it = pending_.find(id);
+      if (it == pending_.end()) continue;  // not ours (or already done)
+      auto ev = DecodeEvent(Str(r->element[3]));
+      if (!ev) {
+        ++undecodable_events_;
+        continue;
+      }
+      if (ev->type == "started") {
+        if (it->second.t_started_us == 0) it->second.t_started_us = now;
+      } else if (ev->type == "exited" && ev->result) {
+        Done d;
+        d.id = id;
+        d.t_exited_us = now;
+        d.p = it->second;
+        d.result = std::move(*ev->result);
+        pending_.erase(it);
+        return std::optional<Done>(std::move(d));
+      }
+    }
+  }
+
+  // After a timeout: how many pending jobs have a stored result (their exited event was lost)
+  // and how many have none (lost or stuck). Describes a few for the report.
+  std::string DescribePending(int* with_result, int* without_result) {
+    *with_result = *without_result = 0;
+    std::string desc;
+    int shown = 0;
+    for (const auto& [id, p] : pending_) {
+      auto r = cmd_->Command({"GET", keys_.Result(id)});
+      bool has = r.ok() && r.value()->type == REDIS_REPLY_STRING;
+      (has ? *with_result : *without_result) += 1;
+      if (shown < 3) {
+        auto st = cmd_->Command({"HGETALL", keys_.Job(id)});
+        std::string state;
+        if (st.ok() && st.value()->type == REDIS_REPLY_ARRAY) {
+          for (size_t i = 0; i + 1 < st.value()->elements; i += 2) {
+            state += std::string(Str(st.value()->element[i])) + "=" +
+                     std::string(Str(st.value()->element[i + 1])) + " ";
+          }
+        }
+        desc += id + (has ? " [result stored, no exited event]" : " [no result]") + " job{" +
+                state + "}; ";
+        ++shown;
+      }
+    }
+    auto xl = cmd_->Command({"XLEN", stream_});
+    if (xl.ok() && xl.value()->type == REDIS_REPLY_INTEGER) {
+      desc += "XLEN " + stream_ + " = " + std::to_string(xl.value()->integer);
+    }
+    return desc;
+  }
+
+  size_t pending() const { return pending_.size(); }
+  void ClearPending() { pending_.clear(); }
+  int undecodable_events() const { return undecodable_events_; }
+
+ private:
+  const Options& opts_;
+  Keys keys_;
+  std::string stream_, out_prefix_, run_tag_;
+  uint64_t counter_ = 0;
+  std::unique_ptr<SyncRedis> cmd_, sub_;
+  std::unordered_map<std::string, Pending> pending_;
+  int undecodable_events_ = 0;
+};
+
+// Empty when the result is what the job should produce; else a short description.
+std::string CheckResult(const JobKind& kind, const JobResult& r) {
+  if (r.outcome == Outcome::kExit && r.exit_code == 0 &&
+      (kind.expect_stdout.empty() || r.stdout_data == kind.expect_stdout)) {
+    return {};
+  }
+  std::string s = "outcome=" + std::string(OutcomeName(r.outcome));
+  if (r.exit_code) s += " exit_code=" + std::to_string(*r.exit_code);
+  if (r.error) s += " error=" + std::string(ErrorCodeName(r.error->code)) + ": " + r.error->message;
+  if (r.stdout_data != kind.expect_stdout) s += " stdout='" + r.stdout_data.substr(0, 80) + "'";
+  if (!r.stderr_data.empty()) s += " stderr='" + r.stderr_data.substr(0, 200) + "'";
+  return s;
+}
+
+// Runs `count` jobs one at a time. Returns false if a job was lost (the caller stops).
+bool RunSequential(Client& c, const JobKind& kind, int count, std::vector<Done>* out,
+                   Measurement& m) {
+  for (int i = 0; i < count; ++i) {
+    std::string id = c.NextId("s");
+    Status s = c.Submit(kind, id);
+    if (!s.ok()) {
+      m.note = s.message();
+      m.lost += 1;
+      return false;
+    }
+    auto d = c.NextDone();
+    if (!d.ok() || !d.value()) {
+      int with = 0, without = 0;
+      std::string desc = c.DescribePending(&with, &without);
+      m.lost += static_cast<int>(c.pending());
+      m.note = (d.ok() ? "no exited event within idle timeout: " : d.status().message() + ": ") + desc;
+      c.ClearPending();
+      return false;
+    }
+    if (out != nullptr) out->push_back(std::move(*d.value()));
+  }
+  return true;
+}
+
+void Latency(Client& c, const Options& o, const JobKind& kind) {
+  Measurement m;
+  m.system = "sandpool";
+  m.variant = "isolated";
+  m.mode = "latency";
+  m.command = kind.name;
+  std::vector<Done> warm, done;
+  if (!RunSequential(c, kind, o.warmup, &warm, m) || !RunSequential(c, kind, o.n, &done, m)) {
+    m.note = "STOPPED: " + m.note;
+  }
+  Measurement b;  // breakdown
+  b.system = "sandpool";
+  b.variant = "isolated";
+  b.mode = "breakdown";
+  b.command = kind.name;
+  std::vector<double> xadd, to_started, started_to_exited, exec, qwait, cpu, residual;
+  for (const auto& d : done) {
+    std::string bad = CheckResult(kind, d.result);
+    if (!bad.empty()) {
+      if (m.errors++ == 0) m.note = d.id + ": " + bad;
+    }
+    m.samples_ms.push_back((d.t_exited_us - d.p.t_submit_us) / 1000.0);
+    xadd.push_back((d.p.t_xadd_done_us - d.p.t_submit_us) / 1000.0);
+    if (d.p.t_started_us > 0) {
+      to_started.push_back((d.p.t_started_us - d.p.t_submit_us) / 1000.0);
+      started_to_exited.push_back((d.t_exited_us - d.p.t_started_us) / 1000.0);
+      residual.push_back((d.t_exited_us - d.p.t_started_us) / 1000.0 - d.result.exec_time_us / 1000.0);
+    }
+    exec.push_back(d.result.exec_time_us / 1000.0);
+    qwait.push_back(d.result.queue_wait_us / 1000.0);
+    cpu.push_back(d.result.cpu_time_us / 1000.0);
+  }
+  m.n = static_cast<int>(done.size());
+  if (c.undecodable_events()) m.note += " undecodable events: " + std::to_string(c.undecodable_events());
+  Emit(m);
+  b.n = m.n;
+  b.samples_ms = m.samples_ms;
+  auto add = [&](const char* name, const std::vector<double>& v) {
+    b.extra.push_back({std::string(name) + "_p50_ms", Percentile(v, 50)});
+    b.extra.push_back({std::string(name) + "_p99_ms", Percentile(v, 99)});
+  };
+  add("xadd_roundtrip", xadd);
+  add("submit_to_started_event", to_started);
+  add("started_to_exited_event", started_to_exited);
+  add("daemon_exec_time", exec);
+  add("started_minus_exec_to_exited", residual);
+  add("daemon_queue_wait", qwait);
+  add("sandbox_cpu_time", cpu);
+  b.note = "queue_wait_us is computed from the stream entry id, which has 1 ms resolution";
+  Emit(b);
+}
+
+void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
+  Measurement m;
+  m.system = "sandpool";
+  m.variant = "isolated";
+  m.mode = "throughput";
+  m.command = kind.name;
+  m.inflight = k;
+  // Warm-up at the same concurrency, then the timed run.
+  for (int phase = 0; phase < 2; ++phase) {
+    int total = phase == 0 ? std::min(o.warmup * 2, o.tp_n) : o.tp_n;
+    CpuSnap cpu0 = TakeCpu(o);
+    int64_t t0 = MonotonicUs();
+    int submitted = 0, completed = 0;
+    bool stopped = false;
+    while (completed < total) {
+      while (submitted < total && static_cast<int>(c.pending()) < k) {
+        Status s = c.Submit(kind, c.NextId("t"));
+        if (!s.ok()) {
+          m.note = "STOPPED: " + s.message();
+          stopped = true;
+          break;
+        }
+        ++submitted;
+      }
+      if (stopped) break;
+      auto d = c.NextDone();
+      if (!d.ok() || !d.value()) {
+        int with = 0, without = 0;
+        std::string desc = c.DescribePending(&with, &without);
+        m.lost += static_cast<int>(c.pending());
+        m.note = std::string("STOPPED: ") +
+                 (d.ok() ? "no exited event within idle timeout: " : d.status().message() + ": ") +
+                 desc;
+        c.ClearPending();
+        stopped = true;
+        break;
+      }
+      ++completed;
+      if (phase == 1) {
+        const Done& dd = *d.value();
+        std::string bad = CheckResult(kind, dd.result);
+        if (!bad.empty() && m.errors++ == 0) m.note = dd.id + ": " + bad;
+        m.samples_ms.push_back((dd.t_exited_us - dd.p.t_submit_us) / 1000.0);
+      }
+    }
+    int64_t t1 = MonotonicUs();
+    CpuSnap cpu1 = TakeCpu(o);
+    if (phase == 1) {
+      m.n = completed;
+      m.wall_s = (t1 - t0) / 1e6;
+      AddCpu(m, o, cpu0, cpu1, completed);
+    }
+    if (stopped) break;
+  }
+  Emit(m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Peers: processes timed from posix_spawn to waitpid.
+
+pid_t Spawn(const std::vector<std::string>& argv, bool quiet_stderr) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  if (quiet_stderr) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  std::vector<char*> av;
+  for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
+  av.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    errno = rc;
+    return -1;
+  }
+  return pid;
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) {
+    if (!s.empty()) s += ' ';
+    s += x;
+  }
+  return s;
+}
+
+void PeerPerRun(const Options& o, const std::string& system, const std::string& variant,
+                const std::vector<std::string>& argv) {
+  Measurement m;
+  m.system = system;
+  m.variant = variant;
+  m.mode = "per_run";
+  m.command = Join(argv);
+  if (access(argv[0].c_str(), X_OK) != 0) {
+    m.measured = false;
+    m.note = "not measured: " + argv[0] + " not executable";
+    Emit(m);
+    return;
+  }
+  // Probe once with stderr visible, so a failure says why.
+  pid_t pid = Spawn(argv, false);
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    m.measured = false;
+    m.note = "not measured: probe run failed (status " + std::to_string(st) + ")";
+    Emit(m);
+    return;
+  }
+  int warm = std::max(5, o.peer_n / 10);
+  for (int i = 0; i < warm + o.peer_n; ++i) {
+    int64_t t0 = MonotonicUs();
+    pid = Spawn(argv, true);
+    if (pid < 0 || waitpid(pid, &st, 0) < 0) {
+      ++m.errors;
+      continue;
+    }
+    int64_t t1 = MonotonicUs();
+    if (i < warm) continue;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ++m.errors;
+    m.samples_ms.push_back((t1 - t0) / 1000.0);
+  }
+  m.n = static_cast<int>(m.samples_ms.size());
+  Emit(m);
+
+  if (o.peer_inflight <= 1 || o.peer_tp_n <= 0) return;
+  Measurement t = m;
+  t.mode = "throughput";
+  t.inflight = o.peer_inflight;
+  t.samples_ms.clear();
+  t.errors = 0;
+  std::map<pid_t, int64_t> running;
+  CpuSnap cpu0 = TakeCpu(o);
+  int64_t t0 = MonotonicUs();
+  int started = 0, finished = 0;
+  while (finished < o.peer_tp_n) {
+    while (started < o.peer_tp_n && static_cast<int>(running.size()) < o.peer_inflight) {
+      int64_t ts = MonotonicUs();
+      pid_t p = Spawn(argv, true);
+      ++started;
+      if (p < 0) {
+        ++t.errors;
+        ++finished;
+        continue;
+      }
+      running[p] = ts;
+    }
+    if (running.empty()) break;
+    pid_t p = waitpid(-1, &st, 0);
+    if (p < 0) break;
+    auto it = running.find(p);
+    if (it == running.end()) continue;
+    t.samples_ms.push_back((MonotonicUs() - it->second) / 1000.0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ++t.errors;
+    running.erase(it);
+    ++finished;
+  }
+  t.wall_s = (MonotonicUs() - t0) / 1e6;
+  t.n = finished;
+  CpuSnap cpu1 = TakeCpu(o);
+  // Only host-wide and client figures are meaningful here (the children are reaped by us).
+  t.extra.clear();
+  double tick_ms = 1000.0 / static_cast<double>(Ticks());
+  if (finished > 0) {
+    t.extra.push_back({"cpu_ms_per_job_host_total", (cpu1.host - cpu0.host) * tick_ms / finished});
+  }
+  Emit(t);
+}
+
+int Main(int argc, char** argv) {
+  Options o = ParseOptions(argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  bool need_redis = HasMode(o, "latency") || HasMode(o, "throughput");
+  if (need_redis && o.redis.empty()) Usage("--redis is required for latency/throughput");
+
+  if (need_redis) {
+    Client c(o);
+    Status s = c.Init();
+    if (!s.ok()) {
+      std::fprintf(stderr, "sandpool_bench: %s\n", s.message().c_str());
+      return 1;
+    }
+    if (HasMode(o, "latency")) {
+      Latency(c, o, ShellEcho());
+      Latency(c, o, ArgvTrue());
+    }
+    if (HasMode(o, "throughput")) {
+      for (int k : o.inflight) {
+        Throughput(c, o, ShellEcho(), k);
+      }
+    }
+  }
+  if (HasMode(o, "peers")) {
+    PeerPerRun(o, "bwrap", "unshare-all",
+               {o.bwrap, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                "/bin/true"});
+    PeerPerRun(o, "posix_spawn", "none", {"/bin/true"});
+    PeerPerRun(o, "python3", "none", {o.python, "-c", "pass"});
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace sandpool::bench
+
+int main(int argc, char** argv) { return sandpool::bench::Main(argc, argv); }

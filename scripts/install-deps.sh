@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages sandpool needs to build, test and run. Idempotent: packages
+# already present are skipped, and apt-get update runs only when something is missing.
+# Needs root (or sudo). Set SANDPOOL_DEPS_EXTRA="pkg ..." to add more.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libhiredis-dev libevent-dev libmsgpack-cxx-dev libseccomp-dev prometheus-cpp-dev
+  libgtest-dev
+  redis-server
+  python3 python3-redis python3-msgpack python3-pytest
+  bubblewrap procps iproute2
+)
+# shellcheck disable=SC2206
+packages+=(${SANDPOOL_DEPS_EXTRA:-})
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# The redis-server package would start a system Redis on 6379; sandpool starts its own.
+$SUDO mkdir -p /usr/sbin
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null

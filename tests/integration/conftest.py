@@ -1,0 +1,31 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+
+from sandpool_harness import Daemon, RedisServer  # noqa: E402
+
+
+@pytest.fixture
+def redis_server():
+    server = RedisServer(aof=True)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def daemons(redis_server):
+    """Factory: daemons(workers=..., extra=[...]) -> a started Daemon; all stopped at the end."""
+    started = []
+
+    def make(workers=4, extra=None, consumer=None, env=None, wait=True):
+        d = Daemon(redis_server.url, workers=workers, extra=extra, consumer=consumer, env=env)
+        d.start(wait_ready=redis_server.client() if wait else None)
+        started.append(d)
+        return d
+
+    yield make
+    for d in started:
+        d.stop()

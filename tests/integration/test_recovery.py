@@ -1,0 +1,139 @@
+"""Nothing is lost: daemon crashes, Redis restarts, shutdowns and dead hosts all end with every
+job in a terminal state (PROTOCOL.md section 4), and no sandbox outlives its daemon."""
+
+import time
+from collections import Counter
+
+from sandpool_harness import job_map, new_id, result, submit, wait_for, wait_results
+
+TERMINAL_AFTER_CRASH = {"exit", "worker_lost"}
+
+
+def assert_queue_drained(r):
+    assert r.xlen("sandpool:q:default") == 0
+    assert r.xpending("sandpool:q:default", "workers")["pending"] == 0
+
+
+def test_kill9_with_50_jobs_in_flight_then_restart(redis_server, daemons):
+    r = redis_server.client()
+    d = daemons(workers=16, extra=["--heartbeat-ms", "200", "--lease-ms", "1000"])
+    ids = []
+    for i in range(50):
+        ids.append(submit(r, job_map(new_id("k9"), shell=f"sleep 0.4; echo {i}", retries=i % 2)))
+    wait_for(lambda: len(d.sandbox_processes()) > 16, 10, "jobs to be running")
+    d.kill9()
+    # The spawner, keepers and every sandbox die with the daemon.
+    wait_for(lambda: not d.sandbox_processes(), 5, "the killed daemon's sandboxes to die")
+
+    d2 = daemons(workers=16, consumer=d.consumer, extra=["--heartbeat-ms", "200", "--lease-ms", "1000"])
+    results = wait_results(r, ids, timeout=60)
+    outcomes = Counter(res["outcome"] for res in results.values())
+    assert set(outcomes) <= TERMINAL_AFTER_CRASH, outcomes
+    for i, job_id in enumerate(ids):
+        res = results[job_id]
+        if res["outcome"] == "exit":
+            assert res["stdout"] == f"{i}\n".encode()
+        else:
+            # Only jobs that asked for no retry end as lost; the others ran again.
+            assert i % 2 == 0, res
+            assert res["error"]["code"] == "worker_lost" and res["error"]["retryable"]
+    assert any(res["attempt"] == 2 for res in results.values()), "some job must have been retried"
+    assert_queue_drained(r)
+    assert d2.proc.poll() is None
+
+
+def test_redis_restart_mid_run_loses_nothing(redis_server, daemons):
+    r = redis_server.client()
+    daemons(workers=6)
+    ids = [submit(r, job_map(new_id("rr"), shell=f"sleep 0.3; echo {i}")) for i in range(30)]
+    time.sleep(0.5)
+    redis_server.restart(down_for=1.5)
+    r = redis_server.client()
+    results = wait_results(r, ids, timeout=60)
+    for i, job_id in enumerate(ids):
+        assert results[job_id]["outcome"] == "exit", results[job_id]
+        assert results[job_id]["stdout"] == f"{i}\n".encode()
+        assert results[job_id]["attempt"] == 1
+    assert_queue_drained(r)
+
+
+def test_sigterm_lets_running_jobs_finish(redis_server, daemons):
+    r = redis_server.client()
+    d = daemons(workers=4)
+    ids = [submit(r, job_map(new_id("drain"), shell="sleep 0.7; echo finished")) for _ in range(3)]
+    wait_for(lambda: len(d.sandbox_processes()) > 4, 10, "jobs to start")
+    assert d.terminate(timeout=30) == 0
+    for job_id in ids:
+        res = result(r, job_id)
+        assert res is not None and res["outcome"] == "exit" and res["stdout"] == b"finished\n", res
+    assert not d.sandbox_processes()
+
+
+def test_sigterm_past_grace_kills_with_a_retryable_error(redis_server, daemons):
+    r = redis_server.client()
+    d = daemons(workers=2, extra=["--grace-ms", "300"])
+    job_id = submit(r, job_map(new_id("grace"), shell="echo partial; sleep 60"))
+    wait_for(lambda: result(r, job_id) is None and len(d.sandbox_processes()) > 2, 10, "the job to start")
+    time.sleep(0.3)
+    assert d.terminate(timeout=30) == 0
+    res = result(r, job_id)
+    assert res["outcome"] == "error" and res["error"]["code"] == "shutdown" and res["error"]["retryable"], res
+    assert res["killed"] and res["stdout"] == b"partial\n"
+    assert not d.sandbox_processes()
+
+
+def test_another_daemon_recovers_a_dead_hosts_jobs(redis_server, daemons):
+    r = redis_server.client()
+    fast = ["--heartbeat-ms", "200", "--lease-ms", "1000"]
+    a = daemons(workers=2, extra=fast)
+    lost = submit(r, job_map(new_id("dead"), shell="sleep 30"))
+    retried = submit(r, job_map(new_id("dead"), shell="sleep 1; echo again", retries=1))
+    wait_for(lambda: len(a.sandbox_processes()) >= 4 and r.hget(f"sandpool:job:{retried}", "state") == b"running",
+             10, "both jobs to run on daemon a")
+    a.kill9()
+    b = daemons(workers=2, extra=fast)
+    results = wait_results(r, [lost, retried], timeout=30)
+    assert results[lost]["outcome"] == "worker_lost"
+    assert results[retried]["outcome"] == "exit" and results[retried]["attempt"] == 2
+    assert results[retried]["worker"] == b.consumer
+    assert_queue_drained(r)
+
+
+def test_a_busy_daemon_takes_no_more_than_it_can_run(redis_server, daemons):
+    r = redis_server.client()
+    d = daemons(workers=2)
+    ids = [submit(r, job_map(new_id("bp"), shell="sleep 0.3")) for _ in range(8)]
+    peak = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(result(r, i) is None for i in ids):
+        for c in r.xinfo_consumers("sandpool:q:default", "workers"):
+            if c["name"].decode() == d.consumer:
+                peak = max(peak, c["pending"])
+        time.sleep(0.02)
+    wait_results(r, ids, timeout=30)
+    assert 1 <= peak <= 2, f"daemon with 2 slots held {peak} entries"
+
+
+def test_duplicate_ids_run_once(redis_server, daemons):
+    r = redis_server.client()
+    daemons(workers=4)
+    job_id = new_id("dup")
+    p = r.pubsub()
+    p.subscribe(f"sandpool:out:{job_id}")
+    for _ in range(3):
+        submit(r, job_map(job_id, shell="echo once"))
+    res = wait_results(r, [job_id], timeout=20)[job_id]
+    assert res["outcome"] == "exit" and res["stdout"] == b"once\n"
+    wait_for(lambda: r.xlen("sandpool:q:default") == 0, 10, "duplicates to be dropped")
+    started = 0
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:
+        m = p.get_message(timeout=0.1)
+        if m and m["type"] == "message":
+            import msgpack
+            started += msgpack.unpackb(m["data"])["type"] == "started"
+    assert started == 1
+    # Submitting it again after it finished still does not run it again.
+    submit(r, job_map(job_id, shell="echo twice"))
+    wait_for(lambda: r.xlen("sandpool:q:default") == 0, 10, "the late duplicate to be dropped")
+    assert result(r, job_id)["stdout"] == b"once\n"
