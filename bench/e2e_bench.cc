@@ -518,6 +518,7 @@ class Client {
   }
 
   size_t pending() const { return pending_.size(); }
+  int idle_timeout_ms() const { return opts_.idle_timeout_ms; }
   void ClearPending() { pending_.clear(); }
   int undecodable_events() const { return undecodable_events_; }
 
@@ -542,8 +543,12 @@ std::string CheckResult(const JobKind& kind, const JobResult& r) {
   if (r.error) s += " error=" + std::string(ErrorCodeName(r.error->code)) + ": " + r.error->message;
   if (r.stdout_data != kind.expect_stdout) s += " stdout='" + r.stdout_data.substr(0, 80) + "'";
   if (!r.stderr_data.empty()) s += " stderr='" + r.stderr_data.substr(0, 200) + "'";
+  s += " exec_time_us=" + std::to_string(r.exec_time_us) +
+       " queue_wait_us=" + std::to_string(r.queue_wait_us);
   return s;
 }
+
+int c_idle_ms(const Client& c) { return c.idle_timeout_ms(); }
 
 // Runs `count` jobs one at a time. Returns false if a job was lost (the caller stops).
 bool RunSequential(Client& c, const JobKind& kind, int count, std::vector<Done>* out,
@@ -561,7 +566,8 @@ bool RunSequential(Client& c, const JobKind& kind, int count, std::vector<Done>*
       int with = 0, without = 0;
       std::string desc = c.DescribePending(&with, &without);
       m.lost += static_cast<int>(c.pending());
-      m.note = (d.ok() ? "no exited event within idle timeout: " : d.status().message() + ": ") + desc;
+      m.note = (d.ok() ? "no exited event within " + std::to_string(c_idle_ms(c)) + " ms: "
+                       : d.status().message() + ": ") + desc;
       c.ClearPending();
       return false;
     }
@@ -589,7 +595,7 @@ void Latency(Client& c, const Options& o, const JobKind& kind) {
   for (const auto& d : done) {
     std::string bad = CheckResult(kind, d.result);
     if (!bad.empty()) {
-      if (m.errors++ == 0) m.note = d.id + ": " + bad;
+      if (m.errors++ == 0) m.note += std::string(m.note.empty() ? "" : "; ") + "first error: " + d.id + ": " + bad;
     }
     m.samples_ms.push_back((d.t_exited_us - d.p.t_submit_us) / 1000.0);
     xadd.push_back((d.p.t_xadd_done_us - d.p.t_submit_us) / 1000.0);
@@ -640,7 +646,7 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
       while (submitted < total && static_cast<int>(c.pending()) < k) {
         Status s = c.Submit(kind, c.NextId("t"));
         if (!s.ok()) {
-          m.note = "STOPPED: " + s.message();
+          m.note += std::string(m.note.empty() ? "" : "; ") + "STOPPED: " + s.message();
           stopped = true;
           break;
         }
@@ -652,9 +658,11 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
         int with = 0, without = 0;
         std::string desc = c.DescribePending(&with, &without);
         m.lost += static_cast<int>(c.pending());
-        m.note = std::string("STOPPED: ") +
-                 (d.ok() ? "no exited event within idle timeout: " : d.status().message() + ": ") +
-                 desc;
+        m.note += std::string(m.note.empty() ? "" : "; ") + "STOPPED: " +
+                  (d.ok() ? "no exited event within " + std::to_string(o.idle_timeout_ms) +
+                                " ms while jobs were pending: "
+                          : d.status().message() + ": ") +
+                  desc;
         c.ClearPending();
         stopped = true;
         break;
@@ -663,7 +671,7 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
       if (phase == 1) {
         const Done& dd = *d.value();
         std::string bad = CheckResult(kind, dd.result);
-        if (!bad.empty() && m.errors++ == 0) m.note = dd.id + ": " + bad;
+        if (!bad.empty() && m.errors++ == 0) m.note = "first error: " + dd.id + ": " + bad;
         m.samples_ms.push_back((dd.t_exited_us - dd.p.t_submit_us) / 1000.0);
       }
     }

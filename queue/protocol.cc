@@ -124,6 +124,7 @@ std::string EncodeJobImpl(const JobSpec& spec, bool send_max_output) {
   if (spec.timeout_ms != 0) ++n;
   if (send_max_output) ++n;
   if (spec.retries != 0) ++n;
+  n += (spec.memory_bytes != 0) + (spec.pids != 0) + (spec.cpu_time_ms != 0);
   pk.pack_map(n);
   PackStr(pk, "v");
   pk.pack_uint64(spec.version);
@@ -164,6 +165,12 @@ std::string EncodeJobImpl(const JobSpec& spec, bool send_max_output) {
   if (spec.retries != 0) {
     PackStr(pk, "retries");
     pk.pack_uint64(spec.retries);
+  }
+  for (const auto& [name, value] : {std::pair<const char*, uint64_t>{"memory_bytes", spec.memory_bytes},
+                                    {"pids", spec.pids}, {"cpu_time_ms", spec.cpu_time_ms}}) {
+    if (value == 0) continue;
+    PackStr(pk, name);
+    pk.pack_uint64(value);
   }
   return out;
 }

@@ -50,6 +50,13 @@ struct ServerLimits {
   uint64_t max_env_bytes = 256 << 10;
   uint64_t max_env_items = 1024;
   uint64_t max_retries = 5;
+  // Per-job resource limits: a job may ask for any value up to these maxima (larger values are
+  // clamped, smaller than the floor raised to it); 0 in a JobSpec means the server's default.
+  uint64_t max_memory_bytes = 512ull << 20;
+  uint64_t min_memory_bytes = 16ull << 20;  // below this even the sandbox's init cannot live
+  uint64_t max_pids = 256;
+  uint64_t min_pids = 4;
+  uint64_t max_cpu_time_ms = 600000;
 };
 
 // A validated job. Exactly one of argv / shell is set. timeout_ms and max_output_bytes are
@@ -65,6 +72,9 @@ struct JobSpec {
   uint64_t timeout_ms = 0;
   uint64_t max_output_bytes = 0;
   uint32_t retries = 0;
+  uint64_t memory_bytes = 0;  // 0: the server's default
+  uint64_t pids = 0;          // 0: the server's default
+  uint64_t cpu_time_ms = 0;   // 0: the server's default
 };
 
 // True for 1..128 bytes of [A-Za-z0-9._:-].

@@ -111,7 +111,7 @@ JobError Err(ErrorCode c, std::string msg) { return JobError{c, std::move(msg)};
 
 // Every key of the job map, in one place so that "unknown field" is exact.
 enum class JobField { kV, kId, kArgv, kShell, kEnv, kCwd, kStdin, kTimeout, kMaxOutput,
-                      kRetries, kQueue };
+                      kRetries, kQueue, kMemory, kPids, kCpuTime };
 
 std::optional<JobField> ParseJobField(std::string_view k) {
   static constexpr std::pair<std::string_view, JobField> kNames[] = {
@@ -121,6 +121,8 @@ std::optional<JobField> ParseJobField(std::string_view k) {
       {"stdin", JobField::kStdin},   {"timeout_ms", JobField::kTimeout},
       {"max_output_bytes", JobField::kMaxOutput},
       {"retries", JobField::kRetries}, {"queue", JobField::kQueue},
+      {"memory_bytes", JobField::kMemory}, {"pids", JobField::kPids},
+      {"cpu_time_ms", JobField::kCpuTime},
   };
   for (const auto& [name, f] : kNames) {
     if (name == k) return f;
@@ -257,6 +259,18 @@ std::optional<JobError> ApplyJobField(JobField f, std::string_view name, const m
     case JobField::kQueue:
       if (!IsStr(v)) return Err(ErrorCode::kBadField, "queue: not a string");
       return std::nullopt;  // informational only
+    case JobField::kMemory:
+      if (!IsUint(v) || v.via.u64 == 0) return Err(ErrorCode::kBadField, "memory_bytes: not a positive uint");
+      spec.memory_bytes = std::clamp<uint64_t>(v.via.u64, std::min(lim.min_memory_bytes, lim.max_memory_bytes), lim.max_memory_bytes);
+      return std::nullopt;
+    case JobField::kPids:
+      if (!IsUint(v) || v.via.u64 == 0) return Err(ErrorCode::kBadField, "pids: not a positive uint");
+      spec.pids = std::clamp<uint64_t>(v.via.u64, std::min(lim.min_pids, lim.max_pids), lim.max_pids);
+      return std::nullopt;
+    case JobField::kCpuTime:
+      if (!IsUint(v) || v.via.u64 == 0) return Err(ErrorCode::kBadField, "cpu_time_ms: not a positive uint");
+      spec.cpu_time_ms = std::min<uint64_t>(v.via.u64, lim.max_cpu_time_ms);
+      return std::nullopt;
   }
   return Err(ErrorCode::kInternal, "unhandled field " + std::string(name));
 }

@@ -112,6 +112,9 @@ const std::vector<Option>& Options() {
          c->sandbox.cgroup.cpu_quota_us = static_cast<uint64_t>(std::llround(d * static_cast<double>(c->sandbox.cgroup.cpu_period_us)));
          return Status::Ok();
        }},
+      {"max-memory", "largest memory limit a job may ask for (default: --memory)", Size(+[](DaemonConfig* c) { return &c->limits.max_memory_bytes; })},
+      {"max-pids", "largest pids limit a job may ask for (default: --pids)", Num(+[](DaemonConfig* c) { return &c->limits.max_pids; })},
+      {"max-cpu-time-ms", "largest CPU-time limit a job may ask for", Num(+[](DaemonConfig* c) { return &c->limits.max_cpu_time_ms; })},
       {"cpu-time-ms", "CPU-time limit per job (0: none)", Num(+[](DaemonConfig* c) { return &c->sandbox.cpu_time_ms; })},
       {"work-size", "size of the writable /work per sandbox", Size(+[](DaemonConfig* c) { return &c->sandbox.work_bytes; })},
       {"tmp-size", "size of /tmp (and of /var/tmp) per sandbox", Size(+[](DaemonConfig* c) { return &c->sandbox.tmp_bytes; })},
@@ -221,6 +224,9 @@ Status ParseConfig(int argc, char** argv, DaemonConfig* config, bool* exit_now) 
       from_file[name] = Trim(line.substr(eq + 1));
     }
   }
+  // Maxima default to the defaults, so a job can lower but not raise its limits unless the
+  // operator says so.
+  bool max_memory_set = false, max_pids_set = false;
   for (const Option& o : Options()) {
     std::string value;
     bool set = false;
@@ -235,6 +241,17 @@ Status ParseConfig(int argc, char** argv, DaemonConfig* config, bool* exit_now) 
       set = true;
     }
     if (set) SP_RETURN_IF_ERROR(o.set(config, value).Prefixed(std::string("--") + o.name));
+    max_memory_set |= set && std::string_view(o.name) == "max-memory";
+    max_pids_set |= set && std::string_view(o.name) == "max-pids";
+  }
+  if (!max_memory_set) config->limits.max_memory_bytes = config->sandbox.cgroup.memory_bytes;
+  if (!max_pids_set) config->limits.max_pids = config->sandbox.cgroup.pids;
+  if (config->sandbox.cgroup.memory_bytes > config->limits.max_memory_bytes) {
+    return Status::Error("--memory must be at most --max-memory");
+  }
+  if (config->sandbox.cgroup.pids > config->limits.max_pids) return Status::Error("--pids must be at most --max-pids");
+  if (config->sandbox.cpu_time_ms > config->limits.max_cpu_time_ms) {
+    return Status::Error("--cpu-time-ms must be at most --max-cpu-time-ms");
   }
   auto url = ParseRedisUrl(config->redis_url);
   if (!url.ok()) return url.status().Prefixed("--redis");

@@ -377,7 +377,9 @@ void Daemon::Claim(Slot* slot, JobSpec spec, Entry e) {
           job.attempt = attempt;
           int64_t wait_ms = WallMs() - EntryMs(entry);
           job.queue_wait_us = wait_ms > 0 ? static_cast<uint64_t>(wait_ms) * 1000 : 0;
-          job.cpu_time_ms = config_.sandbox.cpu_time_ms;
+          job.cpu_time_ms = job.spec.cpu_time_ms ? job.spec.cpu_time_ms : config_.sandbox.cpu_time_ms;
+          job.memory_bytes = job.spec.memory_bytes ? job.spec.memory_bytes : config_.sandbox.cgroup.memory_bytes;
+          job.pids = job.spec.pids ? job.spec.pids : config_.sandbox.cgroup.pids;
           metrics_.ObserveQueueWait(static_cast<double>(job.queue_wait_us) / 1e6);
           if (attempt > 1) metrics_.RecoveredJob("retried");
           running_[job_id] = slot;

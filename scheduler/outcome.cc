@@ -66,10 +66,12 @@ void FillOutcome(const ExitedMsg& ex, KillReason reason, JobResult* r) {
     return;
   }
   int code = r->exit_code.value_or(0);
-  // A job that failed after the kernel refused it memory, a process, or disk space failed
-  // because of that limit; a job that succeeded anyway did not.
-  if (code != 0 && ex.oom_kills > 0) r->outcome = Outcome::kMemoryLimit;
-  else if (code != 0 && ex.pids_max_hits > 0) r->outcome = Outcome::kPidsLimit;
+  // The OOM killer or the pids limit acting during the job is reported even when the main
+  // process still exited 0 (a shell whose children were killed usually does): the output is
+  // then incomplete, and the caller must know. exit_code keeps the code. A full disk only
+  // counts when the job failed: filling /tmp exactly is not an error.
+  if (ex.oom_kills > 0) r->outcome = Outcome::kMemoryLimit;
+  else if (ex.pids_max_hits > 0) r->outcome = Outcome::kPidsLimit;
   else if (code != 0 && ex.disk_full) r->outcome = Outcome::kDiskLimit;
   else r->outcome = Outcome::kExit;
 }

@@ -189,6 +189,8 @@ void Slot::Start(SlotJob job) {
   run.env = JobEnv(job_->spec);
   run.cwd = job_->spec.cwd;
   run.cpu_time_ms = job_->cpu_time_ms;
+  run.memory_bytes = job_->memory_bytes;
+  run.pids = job_->pids;
   SendToKeeper(MsgType::kRun, Encode(run));
 
   for (int i = 0; i < 2; ++i) {

@@ -43,7 +43,10 @@ struct SlotJob {
   std::string entry;        // stream entry id
   uint32_t attempt = 1;
   uint64_t queue_wait_us = 0;
-  uint64_t cpu_time_ms = 0;  // server default CPU-time limit
+  // Effective limits: the job's own, or the server's defaults.
+  uint64_t cpu_time_ms = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t pids = 0;
 };
 
 class Slot {

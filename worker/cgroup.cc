@@ -305,7 +305,8 @@ Status SlotCgroup::SetLimits(uint64_t memory_bytes, uint64_t pids) {
     cur_memory_ = memory_bytes;
   }
   if (pids != 0 && pids != cur_pids_) {
-    SP_RETURN_IF_ERROR(WriteFile(mode_ == CgroupMode::kV1 ? "pids" : "", "pids.max", std::to_string(pids)));
+    uint64_t overhead = mode_ == CgroupMode::kV1 ? 2 : 1;
+    SP_RETURN_IF_ERROR(WriteFile(mode_ == CgroupMode::kV1 ? "pids" : "", "pids.max", std::to_string(pids + overhead)));
     cur_pids_ = pids;
   }
   return Status::Ok();

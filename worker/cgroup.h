@@ -73,6 +73,8 @@ class SlotCgroup {
   CgroupMode mode() const { return mode_; }
 
   // Changes the memory and pids limits (0 leaves a value as it is). Cheap: one write each.
+  // `pids` counts the job's tasks; the sandbox's init (and on v1 the keeper, which shares the
+  // cgroup) are added on top, so a job gets exactly what it asked for.
   Status SetLimits(uint64_t memory_bytes, uint64_t pids);
   Status ResetPeak();
   Result<CgroupStats> Read();

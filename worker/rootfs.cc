@@ -26,6 +26,11 @@ const char* const kEtcBinds[] = {
     "profile", "debian_version", "os-release",
 };
 
+const char* const kMaskedProcFiles[] = {
+    "kcore", "keys", "key-users", "kallsyms", "kmsg", "kpagecgroup", "kpagecount", "kpageflags",
+    "timer_list", "sched_debug", "sysrq-trigger", "latency_stats", "config.gz",
+};
+
 Status Mount(const char* src, const std::string& dst, const char* type, unsigned long flags,
              const char* data) {
   if (::mount(src, dst.c_str(), type, flags, data) != 0) {
@@ -157,7 +162,19 @@ Status MountSandboxFilesystems(const SandboxConfig& config) {
   SP_RETURN_IF_ERROR(Mount("tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts(config.tmp_bytes, "1777").c_str()));
   SP_RETURN_IF_ERROR(Mount("tmp", "/var/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts(config.tmp_bytes, "1777").c_str()));
   SP_RETURN_IF_ERROR(Mount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts(config.shm_bytes, "1777").c_str()));
-  return Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
+  SP_RETURN_IF_ERROR(Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  // Kernel-wide interfaces a job has no business reading, masked like container runtimes do:
+  // /dev/null over files, an empty read-only tmpfs over directories.
+  for (const char* f : kMaskedProcFiles) {
+    std::string path = std::string("/proc/") + f;
+    if (::access(path.c_str(), F_OK) != 0) continue;
+    SP_RETURN_IF_ERROR(Mount("/dev/null", path, nullptr, MS_BIND, nullptr));
+  }
+  for (const char* d : {"/proc/acpi", "/proc/scsi", "/proc/irq", "/proc/bus"}) {
+    if (::access(d, F_OK) != 0) continue;
+    SP_RETURN_IF_ERROR(Mount("masked", d, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555"));
+  }
+  return Status::Ok();
 }
 
 }  // namespace sandpool

@@ -118,9 +118,10 @@ std::string EnvValue(const std::vector<std::string>& env, std::string_view name)
   if (!DropPrivileges()) StubExecFail(sock, errno, "privileges", 126);
   SetLimit(RLIMIT_NOFILE, config.open_files, config.open_files);
   SetLimit(RLIMIT_FSIZE, config.file_size_bytes, config.file_size_bytes);
-  SetLimit(RLIMIT_CORE, 0, 0);
+  // 1, not 0: for a piped core_pattern (apport, systemd-coredump) the kernel ignores the limit
+  // except the special value 1, and a 1-byte file limit writes no core file either.
+  SetLimit(RLIMIT_CORE, 1, 1);
   SetLimit(RLIMIT_MEMLOCK, 64 << 10, 64 << 10);
-  SetLimit(RLIMIT_NPROC, config.cgroup.pids, config.cgroup.pids);
   ResetSignals();
   // The filter is the last thing set up, and it is loaded before the job arrives: loading it
   // costs ~0.1 ms, too much for the hot path. From here on only this stub's own code runs

@@ -34,7 +34,7 @@ if (process.argv.includes('--worker')) {
   await worker.waitUntilReady();
   process.send?.('ready');
   process.on('message', async (m) => {
-    if (m === 'stop') { await worker.close(); process.exit(0); }
+    if (m === 'stop') { setTimeout(() => process.exit(0), 3000).unref(); await worker.close().catch(() => {}); process.exit(0); }
   });
 } else {
   if (!SOCKET && !PORT) {
@@ -83,8 +83,11 @@ if (process.argv.includes('--worker')) {
       child.send('stop');
       await new Promise((res) => { const t = setTimeout(() => { child.kill(); res(); }, 5000); child.once('exit', () => { clearTimeout(t); res(); }); });
     }
-    await queue.obliterate({ force: true }).catch(() => {});
-    await events.close().catch(() => {});
-    await queue.close().catch(() => {});
+    const bounded = (p) => Promise.race([p.catch(() => {}), new Promise((res) => setTimeout(res, 3000))]);
+    await bounded(queue.obliterate({ force: true }));
+    await bounded(events.close());
+    await bounded(queue.close());
+    // The ioredis clients we handed in are ours to end; exit rather than wait for idle handles.
+    process.exit(0);
   }
 }

@@ -683,5 +683,40 @@ TEST(CliExitCode, Table) {
   EXPECT_EQ(CliExitCode(Outcome::kError, std::nullopt, std::nullopt), 125);
 }
 
+TEST(JobLimits, PerJobLimitsAreClampedToTheServerRange) {
+  ServerLimits lim;
+  lim.max_memory_bytes = 256ull << 20;
+  lim.max_pids = 100;
+  lim.max_cpu_time_ms = 5000;
+  JobSpec spec;
+  spec.id = "lim1";
+  spec.shell = "true";
+  spec.memory_bytes = 1ull << 40;  // far above the maximum
+  spec.pids = 1;                   // below the floor
+  spec.cpu_time_ms = 60000;
+  auto d = DecodeJob(EncodeJob(spec), lim);
+  ASSERT_TRUE(std::holds_alternative<JobSpec>(d)) << std::get<JobError>(d).message;
+  const JobSpec& got = std::get<JobSpec>(d);
+  EXPECT_EQ(got.memory_bytes, 256ull << 20);
+  EXPECT_EQ(got.pids, lim.min_pids);
+  EXPECT_EQ(got.cpu_time_ms, 5000u);
+  spec.memory_bytes = 1;
+  EXPECT_EQ(std::get<JobSpec>(DecodeJob(EncodeJob(spec), lim)).memory_bytes, lim.min_memory_bytes);
+}
+
+TEST(JobLimits, ZeroAndWrongTypesAreRejected) {
+  ServerLimits lim;
+  // {"v":1,"id":"z","shell":"x","pids":0}
+  const std::string zero_pids("\x84\xa1v\x01\xa2id\xa1z\xa5shell\xa1x\xa4pids\x00", 23);
+  auto d = DecodeJob(zero_pids, lim);
+  ASSERT_TRUE(std::holds_alternative<JobError>(d));
+  EXPECT_EQ(std::get<JobError>(d).code, ErrorCode::kBadField);
+  // {"v":1,"id":"z","shell":"x","memory_bytes":"lots"}
+  const std::string str_mem("\x84\xa1v\x01\xa2id\xa1z\xa5shell\xa1x\xacmemory_bytes\xa4lots", 35);
+  auto e = DecodeJob(str_mem, lim);
+  ASSERT_TRUE(std::holds_alternative<JobError>(e));
+  EXPECT_EQ(std::get<JobError>(e).code, ErrorCode::kBadField);
+}
+
 }  // namespace
 }  // namespace sandpool

@@ -61,10 +61,14 @@ TEST(Outcome, KernelLimitsAreNamed) {
   ExitedMsg disk = Exited(1);
   disk.disk_full = true;
   EXPECT_EQ(Fill(disk).outcome, Outcome::kDiskLimit);
-  // A job that hit a limit but still succeeded succeeded.
-  ExitedMsg fine = Exited(0);
-  fine.pids_max_hits = 4;
-  EXPECT_EQ(Fill(fine).outcome, Outcome::kExit);
+  // A kernel limit that acted is reported even if the main process exited 0; the code stays.
+  ExitedMsg children_killed = Exited(0);
+  children_killed.oom_kills = 2;
+  EXPECT_EQ(Fill(children_killed).outcome, Outcome::kMemoryLimit);
+  EXPECT_EQ(Fill(children_killed).exit_code, 0);
+  ExitedMsg exact_fill = Exited(0);
+  exact_fill.disk_full = true;
+  EXPECT_EQ(Fill(exact_fill).outcome, Outcome::kExit);
   ExitedMsg cpu = Signaled(SIGKILL);
   cpu.cpu_limit = true;
   EXPECT_EQ(Fill(cpu).outcome, Outcome::kCpuLimit);
