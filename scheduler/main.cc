@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   // The spawner is forked now, while this process has exactly one thread.
-  auto spawner = StartSpawner(config.sandbox, *layout);
+  auto spawner = StartSpawner(config.sandbox, *layout, argv);
   if (!spawner.ok()) {
     LogError("cannot start the spawner", {{"error", spawner.status().message()}});
     return 1;

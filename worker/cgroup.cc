@@ -278,9 +278,10 @@ Result<std::string> SlotCgroup::ReadFile(const std::string& controller, const ch
   return out;
 }
 
-Status SlotCgroup::AttachSelf() {
+Status SlotCgroup::Attach(pid_t pid) {
   if (mode_ != CgroupMode::kV1) return Status::Ok();
-  for (const auto& [ctrl, dir] : dirs_) SP_RETURN_IF_ERROR(WriteFile(ctrl, "cgroup.procs", "0"));
+  std::string p = std::to_string(pid);
+  for (const auto& [ctrl, dir] : dirs_) SP_RETURN_IF_ERROR(WriteFile(ctrl, "cgroup.procs", p));
   return Status::Ok();
 }
 
@@ -305,8 +306,8 @@ Status SlotCgroup::SetLimits(uint64_t memory_bytes, uint64_t pids) {
     cur_memory_ = memory_bytes;
   }
   if (pids != 0 && pids != cur_pids_) {
-    uint64_t overhead = mode_ == CgroupMode::kV1 ? 2 : 1;
-    SP_RETURN_IF_ERROR(WriteFile(mode_ == CgroupMode::kV1 ? "pids" : "", "pids.max", std::to_string(pids + overhead)));
+    // + 1: the sandbox's init.
+    SP_RETURN_IF_ERROR(WriteFile(mode_ == CgroupMode::kV1 ? "pids" : "", "pids.max", std::to_string(pids + 1)));
     cur_pids_ = pids;
   }
   return Status::Ok();

@@ -47,7 +47,6 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup) {
   auto cg = SlotCgroup::Create(a.layout, a.slot, a.config.cgroup);
   if (!cg.ok()) return cg.status().Prefixed("slot cgroup");
   *cgroup = std::move(cg.value());
-  SP_RETURN_IF_ERROR(cgroup->AttachSelf().Prefixed("attach keeper to its slot cgroup"));
   if (::unshare(CLONE_NEWNET) != 0) return ErrnoStatus("unshare(CLONE_NEWNET)");
   SP_RETURN_IF_ERROR(BringUpLoopback());
   if (::unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare(CLONE_NEWNS)");

@@ -263,7 +263,7 @@ void KillSandbox(const Sandbox& sb) {
   if (sb.pidfd) ::syscall(SYS_pidfd_send_signal, sb.pidfd.get(), SIGKILL, nullptr, 0);
 }
 
-Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, const SlotCgroup& cgroup,
+Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotCgroup& cgroup,
                                const SeccompProgram* seccomp) {
   auto sync = MakePipe();
   auto status = MakePipe();
@@ -322,7 +322,9 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, const
   uint32_t root = config.host_id_base + 2 * slot;
   std::string map = "0 " + std::to_string(root) + " 1\n" + std::to_string(kJobId) + " " +
                     std::to_string(root + 1) + " 1\n";
-  Status s = WriteProcFile(sb.init_pid, "setgroups", "deny");
+  // init waits on the sync pipe, so it is in its cgroup before it runs anything of its own.
+  Status s = cgroup.Attach(sb.init_pid);
+  if (s.ok()) s = WriteProcFile(sb.init_pid, "setgroups", "deny");
   if (s.ok()) s = WriteProcFile(sb.init_pid, "uid_map", map);
   if (s.ok()) s = WriteProcFile(sb.init_pid, "gid_map", map);
   if (s.ok() && ::write(sb.sync.get(), "g", 1) != 1) s = ErrnoStatus("write sync");

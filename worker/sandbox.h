@@ -52,7 +52,7 @@ struct Sandbox {
   UniqueFd stdin_w, stdout_r, stderr_r;
 };
 
-Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, const SlotCgroup& cgroup,
+Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotCgroup& cgroup,
                                const SeccompProgram* seccomp);
 
 // Kills init (and so the whole sandbox) through its pidfd; harmless if already dead.

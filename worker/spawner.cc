@@ -7,6 +7,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "common/log.h"
 #include "worker/channel.h"
 #include "worker/keeper.h"
@@ -15,8 +18,27 @@
 namespace sandpool {
 namespace {
 
+// Zeroes the contiguous argv + environ string area the kernel set up at exec and writes a short
+// title in its place; /proc/<pid>/cmdline then shows only the title.
+void WipeProcessArguments(char** argv) {
+  if (argv == nullptr || argv[0] == nullptr) return;
+  char* start = argv[0];
+  char* end = start;
+  for (char** a = argv; *a != nullptr; ++a) {
+    if (*a == end || *a == end + 1) end = *a + std::strlen(*a);
+  }
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (*e == end + 1) end = *e + std::strlen(*e);
+  }
+  ::clearenv();  // the pointers into the area we are about to wipe must not be used again
+  std::memset(start, 0, static_cast<size_t>(end - start));
+  static const char kTitle[] = "sandpool-spawner";
+  if (static_cast<size_t>(end - start) >= sizeof kTitle) std::memcpy(start, kTitle, sizeof kTitle);
+}
+
 [[noreturn]] void SpawnerMain(const SandboxConfig& config, const CgroupLayout& layout, pid_t daemon,
-                              UniqueFd fd) {
+                              UniqueFd fd, char** argv) {
+  WipeProcessArguments(argv);
   SetLogComponent("spawner");
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != daemon) ::_exit(1);
@@ -62,7 +84,7 @@ namespace {
 
 }  // namespace
 
-Result<SpawnerHandle> StartSpawner(const SandboxConfig& config, const CgroupLayout& layout) {
+Result<SpawnerHandle> StartSpawner(const SandboxConfig& config, const CgroupLayout& layout, char** argv) {
   auto pair = MakeSocketPair(SOCK_STREAM);
   if (!pair.ok()) return pair.status();
   pid_t daemon = ::getpid();
@@ -70,7 +92,7 @@ Result<SpawnerHandle> StartSpawner(const SandboxConfig& config, const CgroupLayo
   if (pid < 0) return ErrnoStatus("fork spawner");
   if (pid == 0) {
     pair->a.reset();
-    SpawnerMain(config, layout, daemon, std::move(pair->b));
+    SpawnerMain(config, layout, daemon, std::move(pair->b), argv);
   }
   return SpawnerHandle{pid, std::move(pair->a)};
 }

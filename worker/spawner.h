@@ -24,7 +24,12 @@ struct SpawnerHandle {
 };
 
 // Forks the spawner. Call before any thread exists. The child keeps only its channel (and
-// stderr for logs).
-Result<SpawnerHandle> StartSpawner(const SandboxConfig& config, const CgroupLayout& layout);
+// stderr for logs). `argv` is main()'s: keepers and sandbox inits are forks of the spawner, and
+// /proc/<pid>/cmdline of any process shows its argv memory, which inside a sandbox is readable
+// by the job (as /proc/1/cmdline). The spawner overwrites that memory (and the environment
+// strings after it) before forking anything, so the daemon's command line and environment,
+// which may carry a Redis password, never reach a sandbox. May be null (tests).
+Result<SpawnerHandle> StartSpawner(const SandboxConfig& config, const CgroupLayout& layout,
+                                   char** argv = nullptr);
 
 }  // namespace sandpool
