@@ -312,27 +312,32 @@ void Daemon::Dispatch(Entry e) {
   }
   inflight_entries_.insert(e.id);
   std::string job_id = e.fields.count("id") ? e.fields["id"] : "";
-  if (!ValidJobId(job_id)) job_id = "entry-" + e.id;
+  bool id_ok = ValidJobId(job_id);
+  if (!id_ok) job_id = "entry-" + e.id;
   size_t total = 0;
   for (const auto& [k, v] : e.fields) total += k.size() + v.size();
   if (total > config_.max_payload_bytes) {
-    Reject(job_id, e.id, ErrorCode::kTooLarge, "stream entry is " + std::to_string(total) + " bytes; the limit is " +
-                                                   std::to_string(config_.max_payload_bytes));
+    Reject(job_id, e, ErrorCode::kTooLarge, "stream entry is " + std::to_string(total) + " bytes; the limit is " +
+                                                 std::to_string(config_.max_payload_bytes), true);
     return;
   }
   auto it = e.fields.find("job");
   if (it == e.fields.end()) {
-    Reject(job_id, e.id, ErrorCode::kBadPayload, "stream entry has no 'job' field");
+    Reject(job_id, e, ErrorCode::kBadPayload, "stream entry has no 'job' field", true);
+    return;
+  }
+  if (!id_ok) {
+    Reject(job_id, e, ErrorCode::kBadField, "the entry's 'id' field is missing or not a valid job id (PROTOCOL.md section 1)", true);
     return;
   }
   auto decoded = DecodeJob(it->second, config_.limits);
   if (auto* err = std::get_if<JobError>(&decoded)) {
-    Reject(job_id, e.id, err->code, err->message);
+    Reject(job_id, e, err->code, err->message, err->code == ErrorCode::kBadPayload);
     return;
   }
   JobSpec spec = std::move(std::get<JobSpec>(decoded));
   if (spec.id != job_id) {
-    Reject(job_id, e.id, ErrorCode::kBadField, "the payload's id '" + spec.id + "' differs from the entry's id field");
+    Reject(job_id, e, ErrorCode::kBadField, "the payload's id '" + spec.id + "' differs from the entry's id field", false);
     return;
   }
   Slot* slot = ReadySlot();
@@ -411,13 +416,20 @@ void Daemon::Claim(Slot* slot, JobSpec spec, Entry e) {
   }
 }
 
-void Daemon::Reject(const std::string& job_id, const std::string& entry, ErrorCode code, std::string message) {
+void Daemon::Reject(const std::string& job_id, const Entry& e, ErrorCode code, std::string message, bool dead_letter) {
+  const std::string& entry = e.id;
   LogInfo("job rejected", {{"job", job_id}, {"code", std::string(ErrorCodeName(code))}, {"error", message}});
   metrics_.JobReceived();
   metrics_.JobRejected(ErrorCodeName(code));
-  if (code == ErrorCode::kBadPayload || code == ErrorCode::kTooLarge) {
-    cmd_->Command({"XADD", keys_.Dead(), "MAXLEN", "~", "10000", "*", "entry", entry, "reason",
-                   std::string(ErrorCodeName(code)), "raw", "(omitted: " + message + ")"},
+  if (dead_letter) {
+    // The raw payload, cut at 64 KiB (the stream keeps the last ~10,000 dead letters).
+    constexpr size_t kRawMax = 64 << 10;
+    auto job = e.fields.find("job");
+    std::string raw = job == e.fields.end() ? std::string() : job->second.substr(0, kRawMax);
+    size_t raw_bytes = job == e.fields.end() ? 0 : job->second.size();
+    cmd_->Command({"XADD", keys_.Dead(), "MAXLEN", "~", "10000", "*", "entry", entry, "id", job_id, "reason",
+                   std::string(ErrorCodeName(code)), "message", message, "raw", raw, "raw_bytes",
+                   std::to_string(raw_bytes)},
                   [](redisReply*) {});
   }
   JobResult r;

@@ -65,7 +65,9 @@ class Daemon {
   void HandleEntries(redisReply* entries);
   void Dispatch(Entry e);
   void Claim(Slot* slot, JobSpec spec, Entry e);
-  void Reject(const std::string& job_id, const std::string& entry, ErrorCode code, std::string message);
+  // Ends an entry that cannot run with an error result. Entries that cannot be decoded, or whose
+  // id is unusable, also go to the dead-letter stream with (the start of) their raw payload.
+  void Reject(const std::string& job_id, const Entry& e, ErrorCode code, std::string message, bool dead_letter);
   void Finish(JobResult result, const std::string& entry, uint64_t seq);
   void SendFinish(PendingFinish f);
   void Ack(const std::string& entry);

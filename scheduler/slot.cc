@@ -81,26 +81,13 @@ void Slot::SendToKeeper(MsgType t, const std::string& payload) {
 
 void Slot::HandleFrame(Frame& f) {
   switch (static_cast<MsgType>(f.type)) {
-    case MsgType::kReady: {
-      ReadyMsg m;
-      if (!Decode(f.payload, &m).ok() || f.fds.size() != 3) {
-        LoseKeeper("malformed Ready");
-        return;
-      }
-      generation_ = m.generation;
-      stdin_ = std::move(f.fds[0]);
-      pipes_[0] = std::move(f.fds[1]);
-      pipes_[1] = std::move(f.fds[2]);
-      for (int i = 0; i < 2; ++i) (void)SetNonBlocking(pipes_[i].get());
-      (void)SetNonBlocking(stdin_.get());
-      failing_ = false;
-      if (hooks_.on_prepared) hooks_.on_prepared(*this, static_cast<double>(m.prepare_us) / 1e6);
-      if (state_ == State::kPreparing) {
-        state_ = State::kReady;
-        if (hooks_.on_ready) hooks_.on_ready(*this);
+    case MsgType::kReady:
+      if (state_ == State::kRunning) {
+        deferred_ready_ = std::move(f);
+      } else {
+        AcceptReady(f);
       }
       return;
-    }
     case MsgType::kFailed: {
       FailedMsg m;
       (void)Decode(f.payload, &m);
@@ -136,6 +123,26 @@ void Slot::HandleFrame(Frame& f) {
     }
     default:
       return;
+  }
+}
+
+void Slot::AcceptReady(Frame& f) {
+  ReadyMsg m;
+  if (!Decode(f.payload, &m).ok() || f.fds.size() != 3) {
+    LoseKeeper("malformed Ready");
+    return;
+  }
+  generation_ = m.generation;
+  stdin_ = std::move(f.fds[0]);
+  pipes_[0] = std::move(f.fds[1]);
+  pipes_[1] = std::move(f.fds[2]);
+  for (int i = 0; i < 2; ++i) (void)SetNonBlocking(pipes_[i].get());
+  (void)SetNonBlocking(stdin_.get());
+  failing_ = false;
+  if (hooks_.on_prepared) hooks_.on_prepared(*this, static_cast<double>(m.prepare_us) / 1e6);
+  if (state_ == State::kPreparing) {
+    state_ = State::kReady;
+    if (hooks_.on_ready) hooks_.on_ready(*this);
   }
 }
 
@@ -304,9 +311,11 @@ void Slot::MaybeFinish() {
     result_.error->message = job_->spec.argv[0] + ": " + result_.error->message;
   }
   JobResult r = std::move(result_);
+  std::optional<Frame> ready = std::move(deferred_ready_);
   ResetJob();
   state_ = channel_.valid() ? State::kPreparing : State::kNoKeeper;
   if (hooks_.on_finished) hooks_.on_finished(*this, std::move(r));
+  if (ready && state_ == State::kPreparing) AcceptReady(*ready);
 }
 
 void Slot::ResetJob() {
@@ -322,6 +331,7 @@ void Slot::ResetJob() {
   job_.reset();
   exited_ = false;
   kill_ = KillReason::kNone;
+  deferred_ready_.reset();
 }
 
 void Slot::LoseKeeper(const std::string& why) {

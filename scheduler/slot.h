@@ -86,6 +86,7 @@ class Slot {
   static void OnTimeout(evutil_socket_t, short, void* arg);
 
   void HandleFrame(Frame& f);
+  void AcceptReady(Frame& f);
   void ReadPipe(int which);
   void WriteStdin();
   void MaybeFinish();
@@ -120,6 +121,9 @@ class Slot {
   bool started_notified_ = false;  // on_started runs once, before any output
   ExitedMsg exited_msg_;
   KillReason kill_ = KillReason::kNone;
+  // The keeper's Ready for the next sandbox can arrive (in the same read, even) while the last
+  // job's output is still being drained from the old pipes; it is applied once that job ends.
+  std::optional<Frame> deferred_ready_;
 };
 
 }  // namespace sandpool
