@@ -197,21 +197,30 @@ void Daemon::UpdateWorkerGauges() {
   metrics_.SetWorkers("failed", failed);
 }
 
-void Daemon::OnCommandConnected() {
-  // The group starts at 0 so jobs queued before any daemon ever ran are not skipped.
+// The group starts at 0 so jobs queued before any daemon ever ran are not skipped. A failure
+// other than "exists" (e.g. -LOADING while Redis replays its AOF) is retried every heartbeat.
+void Daemon::CreateGroup() {
   cmd_->Command({"XGROUP", "CREATE", stream_, std::string(Keys::kGroup), "0", "MKSTREAM"}, [this](redisReply* r) {
     if (r == nullptr) return;
     if (r->type == REDIS_REPLY_ERROR && ReplyString(r).rfind("BUSYGROUP", 0) != 0) {
-      LogError("cannot create the consumer group", {{"error", ReplyString(r)}});
+      LogWarn("cannot create the consumer group yet", {{"error", ReplyString(r)}});
       return;
     }
     group_ready_ = true;
     MaybeRead();
   });
-  // Results that waited for Redis go out first.
+}
+
+void Daemon::FlushPendingFinishes() {
   std::deque<PendingFinish> waiting;
   waiting.swap(pending_finishes_);
   for (PendingFinish& f : waiting) SendFinish(std::move(f));
+}
+
+void Daemon::OnCommandConnected() {
+  CreateGroup();
+  // Results that waited for Redis go out first.
+  FlushPendingFinishes();
   // Cancels published while we were away were missed: look at the flags of what runs here.
   for (const auto& [job_id, slot] : running_) {
     std::string id = job_id;
@@ -266,7 +275,8 @@ void Daemon::ReadOwnPending() {
                      read_in_flight_ = false;
                      if (r == nullptr) return;
                      if (r->type == REDIS_REPLY_ERROR) {
-                       LogWarn("reading own pending entries failed", {{"error", ReplyString(r)}});
+                       LogWarn("reading own pending entries failed; retrying at the next heartbeat",
+                               {{"error", ReplyString(r)}});
                        return;
                      }
                      own_pending_scan_ = false;
@@ -509,6 +519,10 @@ void Daemon::Heartbeat() {
   ++ticks_;
   UpdateWorkerGauges();
   if (!cmd_->connected()) return;
+  // Anything that failed on an error reply (not a lost connection) is retried from here.
+  if (!group_ready_) CreateGroup();
+  if (!pending_finishes_.empty()) FlushPendingFinishes();
+  MaybeRead();
   size_t ready = 0, busy = 0;
   for (auto& s : slots_) {
     ready += s->state() == Slot::State::kReady;

@@ -60,6 +60,8 @@ class Daemon {
 
   // Redis side.
   void OnCommandConnected();
+  void CreateGroup();
+  void FlushPendingFinishes();
   void MaybeRead();
   void ReadOwnPending();
   void HandleEntries(redisReply* entries);
