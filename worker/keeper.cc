@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -24,6 +25,7 @@
 #include "worker/rootfs.h"
 #include "worker/sandbox.h"
 #include "worker/seccomp/seccomp_policy.h"
+#include "worker/zygote.h"
 
 namespace sandpool {
 namespace {
@@ -56,7 +58,9 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup) {
 class Keeper {
  public:
   Keeper(const KeeperArgs& a, Channel channel, SlotCgroup cgroup, SeccompProgram seccomp)
-      : a_(a), ch_(std::move(channel)), cgroup_(std::move(cgroup)), seccomp_(std::move(seccomp)) {}
+      : a_(a), ch_(std::move(channel)), cgroup_(std::move(cgroup)), seccomp_(std::move(seccomp)) {
+    ParseRuntime(a.config.runtime, &runtime_);
+  }
 
   [[noreturn]] void Run() {
     int backoff_ms = 50;
@@ -112,8 +116,10 @@ class Keeper {
     bool run_sent = false, started = false, killed = false, cpu_limit = false;
     int64_t exec_at = 0, exec_end = 0;
     uint64_t cpu_limit_us = 0;
-    ExecError exec_error{};
+    std::string stub_said;  // what the stub or zygote wrote back after the job was sent
     bool have_exec_error = false;
+    int exec_errno = 0;
+    std::string exec_stage;
     CgroupStats base{};
     for (;;) {
       struct pollfd p[3] = {{ch_.fd(), POLLIN, 0},
@@ -144,11 +150,17 @@ class Keeper {
           (void)cgroup_.ResetPeak();
           if (auto st = cgroup_.Read(); st.ok()) base = *st;
           cpu_limit_us = run.cpu_time_ms * 1000;
-          uint32_t len = static_cast<uint32_t>(f->payload.size());
-          std::string framed(reinterpret_cast<const char*>(&len), sizeof len);
-          framed += f->payload;
           // The stub is blocked reading; a write error means it died, which the pidfd reports.
-          (void)WriteAll(sb_.stub.get(), framed.data(), framed.size());
+          if (runtime_ == Runtime::kNone) {
+            uint32_t len = static_cast<uint32_t>(f->payload.size());
+            std::string framed(reinterpret_cast<const char*>(&len), sizeof len);
+            framed += f->payload;
+            (void)WriteAll(sb_.stub.get(), framed.data(), framed.size());
+          } else {
+            std::string payload = ZygotePayload(runtime_, run);
+            (void)WriteAll(sb_.stub.get(), payload.data(), payload.size());
+            ::shutdown(sb_.stub.get(), SHUT_WR);
+          }
           run_sent = true;
         } else if (f->type == static_cast<uint16_t>(MsgType::kKill)) {
           GenerationMsg k;
@@ -159,17 +171,25 @@ class Keeper {
         }
       }
       if (p[2].revents) {
-        char tag;
-        ssize_t r = ::read(sb_.stub.get(), &tag, 1);
-        if (r == 1 && tag == 'E') {
-          have_exec_error = ReadExact(sb_.stub.get(), &exec_error, sizeof exec_error).ok();
-        } else if (r == 0 && !have_exec_error && !started) {
-          started = true;
-          exec_at = MonotonicUs();
-          Send(MsgType::kStarted, Encode(GenerationMsg{gen_}));
+        char buf[128];
+        ssize_t r = ::read(sb_.stub.get(), buf, sizeof buf);
+        if (r > 0 && stub_said.size() < 256) stub_said.append(buf, static_cast<size_t>(r));
+        if (r <= 0) {
+          // EOF: the exec happened (close-on-exec) or the zygote started the job, unless an
+          // error report came first.
+          if (!stub_said.empty() && stub_said[0] == 'E') {
+            have_exec_error = true;
+            exec_errno = std::atoi(stub_said.c_str() + 1);
+            size_t sp = stub_said.find(' ');
+            exec_stage = sp == std::string::npos ? "exec" : stub_said.substr(sp + 1, stub_said.find('\n') - sp - 1);
+          } else if (!started) {
+            started = true;
+            exec_at = MonotonicUs();
+            Send(MsgType::kStarted, Encode(GenerationMsg{gen_}));
+          }
+          sb_.stub.reset();
+          run_sent = false;
         }
-        if (r <= 0 || have_exec_error) sb_.stub.reset();
-        run_sent = sb_.stub.valid() && run_sent;
       }
       if (p[1].revents) {
         exec_end = MonotonicUs();
@@ -184,8 +204,8 @@ class Keeper {
     ex.killed = killed;
     ex.cpu_limit = cpu_limit;
     if (have_exec_error) {
-      ex.exec_errno = exec_error.err;
-      ex.exec_stage = std::string(exec_error.stage, strnlen(exec_error.stage, sizeof exec_error.stage));
+      ex.exec_errno = exec_errno == 0 ? ENOENT : exec_errno;
+      ex.exec_stage = exec_stage;
     }
     std::string report;
     char buf[256];
@@ -214,6 +234,7 @@ class Keeper {
   SlotCgroup cgroup_;
   SeccompProgram seccomp_;
   Sandbox sb_;
+  Runtime runtime_ = Runtime::kNone;
   uint64_t gen_ = 0;
 };
 

@@ -12,10 +12,11 @@ struct ReadyWire {
 };
 struct RunWire {
   uint64_t generation;
+  std::string kind, code;
   std::vector<std::string> argv, env;
   std::string cwd;
   uint64_t cpu_time_ms, memory_bytes, pids, file_size_bytes, open_files;
-  MSGPACK_DEFINE_MAP(generation, argv, env, cwd, cpu_time_ms, memory_bytes, pids, file_size_bytes,
+  MSGPACK_DEFINE_MAP(generation, kind, code, argv, env, cwd, cpu_time_ms, memory_bytes, pids, file_size_bytes,
                      open_files)
 };
 struct ExitedWire {
@@ -78,13 +79,15 @@ Status Decode(std::string_view in, ReadyMsg* m) {
 }
 
 std::string Encode(const RunMsg& m) {
-  return Pack(RunWire{m.generation, m.argv, m.env, m.cwd, m.cpu_time_ms, m.memory_bytes, m.pids,
+  return Pack(RunWire{m.generation, m.kind, m.code, m.argv, m.env, m.cwd, m.cpu_time_ms, m.memory_bytes, m.pids,
                       m.file_size_bytes, m.open_files});
 }
 Status Decode(std::string_view in, RunMsg* m) {
   RunWire w{};
   SP_RETURN_IF_ERROR(Unpack(in, &w));
   m->generation = w.generation;
+  m->kind = std::move(w.kind);
+  m->code = std::move(w.code);
   m->argv = std::move(w.argv);
   m->env = std::move(w.env);
   m->cwd = std::move(w.cwd);

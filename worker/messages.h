@@ -35,7 +35,10 @@ struct ReadyMsg {
 // the same bytes to the stub, which applies rlimits and execs.
 struct RunMsg {
   uint64_t generation = 0;
-  std::vector<std::string> argv;  // argv[0] is searched in PATH when it contains no '/'
+  std::string kind = "argv";      // "argv", "shell" or "code" (code: for the slot's zygote)
+  std::string code;               // the shell line or the source code
+  std::vector<std::string> argv;  // argv[0] is searched in PATH when it contains no '/'; for
+                                  // shell jobs also filled as /bin/sh -c <line>
   std::vector<std::string> env;   // "NAME=value"
   std::string cwd;
   uint64_t cpu_time_ms = 0;       // 0: no CPU-time limit

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "worker/messages.h"
 #include "worker/rootfs.h"
 #include "worker/seccomp/seccomp_policy.h"
+#include "worker/zygote.h"
 
 namespace sandpool {
 namespace {
@@ -47,14 +49,11 @@ constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
   ::_exit(1);
 }
 
+// "E<errno> <stage>\n", the same report a zygote sends (zygote.h).
 [[noreturn]] void StubExecFail(int sock, int err, const char* stage, int code) {
-  ExecError e{};
-  e.err = err;
-  std::strncpy(e.stage, stage, sizeof e.stage - 1);
-  char buf[1 + sizeof e];
-  buf[0] = 'E';
-  std::memcpy(buf + 1, &e, sizeof e);
-  (void)!::write(sock, buf, sizeof buf);
+  char buf[64];
+  int n = std::snprintf(buf, sizeof buf, "E%d %s\n", err, stage);
+  (void)!::write(sock, buf, static_cast<size_t>(n));
   ::_exit(code);
 }
 
@@ -129,6 +128,23 @@ std::string EnvValue(const std::vector<std::string>& env, std::string_view name)
   if (seccomp != nullptr) {
     int err = LoadSeccompProgram(*seccomp);
     if (err != 0) StubExecFail(sock, err, "seccomp", 126);
+  }
+  Runtime runtime = Runtime::kNone;
+  ParseRuntime(config.runtime, &runtime);
+  if (runtime != Runtime::kNone) {
+    // Become the template's warm interpreter now; it says 'R' itself when it is ready.
+    std::vector<std::string> cmd = ZygoteCommand(runtime);
+    std::vector<std::string> env = config.base_env;
+    std::vector<char*> zargv, zenv;
+    for (std::string& a : cmd) zargv.push_back(a.data());
+    zargv.push_back(nullptr);
+    for (std::string& e : env) zenv.push_back(e.data());
+    zenv.push_back(nullptr);
+    ::fcntl(sock, F_SETFD, 0);
+    if (::chdir("/work") != 0) StubExecFail(sock, errno, "cwd", 126);
+    ::execve(zargv[0], zargv.data(), zenv.data());
+    ::fcntl(sock, F_SETFD, FD_CLOEXEC);
+    StubExecFail(sock, errno, "zygote", 127);
   }
   if (::write(sock, "R", 1) != 1) ::_exit(125);
 
@@ -339,11 +355,11 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotC
   if (n == 0) return fail(Status::Error("sandbox did not become ready within 10 s"));
   char r = 0;
   if (!(p[0].revents & POLLIN) || ::read(sb.stub.get(), &r, 1) != 1 || r != 'R') {
-    // The stub may have reported a setup error instead of 'R'.
+    // The stub (or the zygote) may have reported a setup error instead of 'R'.
     if (r == 'E') {
-      ExecError e{};
-      (void)ReadExact(sb.stub.get(), &e, sizeof e);
-      return fail(Status::Error(std::string("sandbox stub: ") + e.stage + ": " + std::strerror(e.err)));
+      char buf[64] = {};
+      (void)!::read(sb.stub.get(), buf, sizeof buf - 1);
+      return fail(Status::Error(std::string("sandbox stub: E") + buf));
     }
     return fail(Status::Error("sandbox exited during setup"));
   }

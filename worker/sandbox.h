@@ -14,8 +14,10 @@
 //
 // Status pipe (init -> keeper): 'F' <message> when setup failed, or 'S' <InitReport> when the
 // job's main process ended. Stub socket (keeper <-> stub): 'R' when ready; the keeper sends a
-// u32-length-prefixed RunMsg; the stub answers 'E' <ExecError> if it could not exec, else the
-// socket closes at exec (CLOEXEC), which is how the keeper knows the job started.
+// u32-length-prefixed RunMsg; the stub answers "E<errno> <stage>\n" if it could not exec, else
+// the socket closes at exec (CLOEXEC), which is how the keeper knows the job started. With a
+// runtime, the stub instead execs the template's zygote at once, which then speaks the same
+// way on the same socket (zygote.h).
 #pragma once
 
 #include <sys/types.h>
@@ -35,11 +37,6 @@ class SlotCgroup;
 struct InitReport {
   int32_t wait_status;
   uint8_t disk_full;
-};
-
-struct ExecError {
-  int32_t err;
-  char stage[16];
 };
 
 struct Sandbox {

@@ -11,6 +11,11 @@
 namespace sandpool {
 
 struct SandboxConfig {
+  std::string template_name = "default";
+  // The interpreter kept warm in each sandbox ("", "sh", "bash", "python", "node"; see zygote.h).
+  std::string runtime;
+  // The environment the zygote starts with (jobs replace it with their own).
+  std::vector<std::string> base_env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8"};
   // Host ids: slot n maps sandbox uid/gid 0 to host_id_base + 2n and sandbox uid/gid 1000 (the
   // job's user) to host_id_base + 2n + 1. Never 0; distinct per slot.
   uint32_t host_id_base = 200000;

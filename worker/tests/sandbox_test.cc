@@ -15,6 +15,7 @@
 #include "worker/channel.h"
 #include "worker/messages.h"
 #include "worker/spawner.h"
+#include "worker/zygote.h"
 
 namespace sandpool {
 namespace {
@@ -28,6 +29,11 @@ struct JobRun {
 class SandboxTest : public ::testing::Test {
  protected:
   virtual const char* CgroupMode() const { return "auto"; }
+  virtual const char* Runtime() const { return ""; }
+  JobRun RunCode(const std::string& code, const std::string& stdin_data = "") {
+    return Run({}, stdin_data, false, "code", code);
+  }
+  JobRun RunShell(const std::string& line) { return Run({"/bin/sh", "-c", line}, "", false, "shell", line); }
 
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root";
@@ -36,6 +42,7 @@ class SandboxTest : public ::testing::Test {
     ASSERT_TRUE(layout.ok()) << layout.status().message();
     layout_ = *layout;
     config_.host_id_base = 300000;
+    config_.runtime = Runtime();
     auto sp = StartSpawner(config_, layout_);
     ASSERT_TRUE(sp.ok()) << sp.status().message();
     spawner_pid_ = sp->pid;
@@ -92,12 +99,15 @@ class SandboxTest : public ::testing::Test {
     }
   }
 
-  JobRun Run(std::vector<std::string> argv, const std::string& stdin_data = "", bool kill_after_start = false) {
+  JobRun Run(std::vector<std::string> argv, const std::string& stdin_data = "", bool kill_after_start = false,
+             const std::string& kind = "argv", const std::string& code = "") {
     JobRun jr;
     uint64_t gen = WaitReady();
     if (gen == 0) return jr;
     RunMsg run;
     run.generation = gen;
+    run.kind = kind;
+    run.code = code;
     run.argv = std::move(argv);
     run.env = {"PATH=/usr/bin:/bin", "HOME=/work"};
     run.cwd = "/work";
@@ -282,6 +292,88 @@ TEST_F(SandboxV2Test, SandboxIsBornInsideItsSlotCgroup) {
   int count = 0;
   for (std::string line; std::getline(procs, line);) ++count;
   EXPECT_EQ(count, 2) << "the next sandbox's init and stub";
+}
+
+// Warm interpreters: the sandbox's main process is the template's interpreter, started before
+// the job; the job arrives as a script (sh) or JSON (python, node).
+class ShZygoteTest : public SandboxTest {
+ protected:
+  const char* Runtime() const override { return "sh"; }
+};
+
+TEST_F(ShZygoteTest, ShellJobsRunInTheWarmShell) {
+  JobRun r = RunShell("echo out; echo err >&2; echo \"$GREETING\" $(pwd); exit 3");
+  EXPECT_TRUE(r.got_started);
+  ASSERT_TRUE(r.exited.have_status);
+  EXPECT_EQ(WEXITSTATUS(r.exited.wait_status), 3);
+  EXPECT_EQ(r.out, "out\n /work\n");  // GREETING is not set: only the job's env exists
+  EXPECT_EQ(r.err, "err\n");
+  JobRun fds = RunShell("ls /proc/self/fd | tr '\\n' ' '; id -u");
+  EXPECT_EQ(fds.out, "0 1 2 3 1000\n") << "only stdio (3 is ls's own directory fd)";
+}
+
+TEST_F(ShZygoteTest, ArgvJobsExecAndReportMissingBinaries) {
+  JobRun r = Run({"/bin/echo", "a b", "it's"});
+  EXPECT_EQ(r.out, "a b it's\n");
+  JobRun missing = Run({"/no/such/tool", "x"});
+  EXPECT_EQ(missing.exited.exec_errno, ENOENT);
+  EXPECT_EQ(missing.exited.exec_stage, "exec");
+  EXPECT_FALSE(missing.exited.started);
+  uid_t job_uid = config_.host_id_base + 1;
+  JobRun bg = RunShell("sleep 1000 & echo bg");
+  EXPECT_EQ(bg.out, "bg\n");
+  EXPECT_EQ(CountProcessesOfUid(job_uid), 0);
+}
+
+class PythonZygoteTest : public SandboxTest {
+ protected:
+  const char* Runtime() const override { return "python"; }
+};
+
+TEST_F(PythonZygoteTest, CodeRunsLikePythonDashC) {
+  JobRun r = RunCode("import json, sys\nprint(json.dumps({'a': [1, 2]}))\nprint(sys.argv)");
+  EXPECT_EQ(r.out, "{\"a\": [1, 2]}\n['-c']\n");
+  EXPECT_EQ(WEXITSTATUS(r.exited.wait_status), 0);
+  // A fresh __main__: nothing of the zygote is visible.
+  JobRun g = RunCode("print(sorted(k for k in globals() if not k.startswith('__')))");
+  EXPECT_EQ(g.out, "[]\n");
+  JobRun exc = RunCode("def f():\n    raise ValueError('boom')\nf()");
+  EXPECT_EQ(WEXITSTATUS(exc.exited.wait_status), 1);
+  EXPECT_NE(exc.err.find("ValueError: boom"), std::string::npos) << exc.err;
+  EXPECT_NE(exc.err.find("line 3"), std::string::npos) << exc.err;
+  EXPECT_EQ(exc.err.find("_sandpool_zygote"), std::string::npos) << exc.err;
+  JobRun code = RunCode("import sys; sys.exit(7)");
+  EXPECT_EQ(WEXITSTATUS(code.exited.wait_status), 7);
+  JobRun stdin_job = RunCode("import sys, os; print(sys.stdin.read().upper(), os.getcwd(), os.environ['HOME'])", "abc");
+  EXPECT_EQ(stdin_job.out, "ABC /work /work\n");
+  JobRun fds = RunCode("import os; print([f for f in os.listdir('/proc/self/fd') if f not in '0 1 2'.split()])");
+  EXPECT_EQ(fds.out, "['3']\n") << "only listdir's own fd besides stdio";
+}
+
+TEST_F(PythonZygoteTest, ArgvJobsAreExecd) {
+  JobRun r = Run({"sh", "-c", "echo from sh $0"});
+  EXPECT_EQ(r.out, "from sh sh\n");
+  JobRun missing = Run({"no-such-program"});
+  EXPECT_EQ(missing.exited.exec_errno, ENOENT);
+}
+
+class NodeZygoteTest : public SandboxTest {
+ protected:
+  const char* Runtime() const override { return "node"; }
+  void SetUp() override {
+    if (::access("/usr/bin/node", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/node";
+    SandboxTest::SetUp();
+  }
+};
+
+TEST_F(NodeZygoteTest, CodeRunsLikeNodeDashE) {
+  JobRun r = RunCode("const p = require('path'); console.log(p.join('a', 'b'), process.cwd()); setTimeout(() => console.log('later'), 10)");
+  EXPECT_EQ(r.out, "a/b /work\nlater\n");
+  JobRun exc = RunCode("throw new Error('boom')");
+  EXPECT_EQ(WEXITSTATUS(exc.exited.wait_status), 1);
+  EXPECT_NE(exc.err.find("Error: boom"), std::string::npos) << exc.err;
+  JobRun code = RunCode("process.exitCode = 4");
+  EXPECT_EQ(WEXITSTATUS(code.exited.wait_status), 4);
 }
 
 }  // namespace

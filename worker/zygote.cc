@@ -1,0 +1,190 @@
+#include "worker/zygote.h"
+
+#include "common/log.h"
+
+namespace sandpool {
+namespace {
+
+// sh/bash: report ready, read the script to EOF, eval it. The script (ZygotePayload) closes
+// fd 3 itself when the job starts. __sp_s stays set: eval reads from it while it runs.
+constexpr const char* kShellZygote =
+    "printf R >&3\n"
+    "__sp_s=\n"
+    "while IFS= read -r __sp_l <&3; do __sp_s=\"$__sp_s$__sp_l\n\"; done\n"
+    "unset __sp_l\n"
+    "eval \"$__sp_s\"\n";
+
+// Python: the modules most snippets import are loaded, then the heap is frozen so the job's
+// first collections do not walk them.
+constexpr const char* kPythonZygote = R"py(
+import os, sys
+def _sandpool_zygote():
+    import errno, gc, json, types
+    import re, math, collections, itertools, functools, datetime, random, string, time, io
+    import typing, dataclasses, pathlib, base64, hashlib, struct, textwrap, decimal, fractions
+    import statistics, csv, copy, operator, heapq, bisect, traceback, subprocess, shutil
+    import tempfile, glob, fnmatch, uuid, enum, abc, contextlib, warnings, argparse, pprint
+    os.set_inheritable(3, False)
+    gc.collect()
+    gc.freeze()
+    os.write(3, b"R")
+    chunks = []
+    while True:
+        b = os.read(3, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    job = json.loads(b"".join(chunks))
+    env = job["env"]
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        os.chdir(job["cwd"])
+    except OSError as e:
+        os.write(3, b"E%d cwd\n" % e.errno)
+        os._exit(126)
+    if job["kind"] != "code":
+        argv = job["argv"]
+        try:
+            os.execvpe(argv[0], argv, env)  # fd 3 is close-on-exec: its closing is "started"
+        except OSError as e:
+            os.write(3, b"E%d exec\n" % e.errno)
+            os._exit(127 if e.errno == errno.ENOENT else 126)
+    os.close(3)
+    sys.argv = ["-c"]
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    try:
+        code = compile(job["code"], "<string>", "exec")
+        exec(code, main.__dict__)
+    except SystemExit:
+        raise
+    except BaseException:
+        et, ev, tb = sys.exc_info()
+        traceback.print_exception(et, ev, tb.tb_next if tb is not None else None)
+        sys.exit(1)
+_sandpool_zygote()
+)py";
+
+constexpr const char* kNodeZygote = R"js(
+'use strict';
+const fs = require('fs');
+for (const m of ['path', 'os', 'util', 'crypto', 'events', 'stream', 'url', 'zlib', 'assert', 'buffer',
+                 'querystring', 'readline', 'string_decoder', 'timers', 'child_process', 'vm', 'net']) require(m);
+fs.writeSync(3, 'R');
+const chunks = [];
+const buf = Buffer.alloc(65536);
+for (;;) {
+  let n;
+  try { n = fs.readSync(3, buf, 0, buf.length, null); } catch (e) { if (e.code === 'EAGAIN') continue; throw e; }
+  if (n === 0) break;
+  chunks.push(Buffer.from(buf.subarray(0, n)));
+}
+const job = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+for (const k of Object.keys(process.env)) delete process.env[k];
+Object.assign(process.env, job.env);
+try { process.chdir(job.cwd); } catch (e) { fs.writeSync(3, 'E' + (-e.errno || 2) + ' cwd\n'); process.exit(126); }
+if (job.kind !== 'code') {
+  const r = require('child_process').spawnSync(job.argv[0], job.argv.slice(1), { stdio: 'inherit', env: job.env });
+  if (r.error) { fs.writeSync(3, 'E' + (-r.error.errno || 2) + ' exec\n'); process.exit(127); }
+  fs.closeSync(3);
+  if (r.signal) process.kill(process.pid, r.signal);
+  process.exit(r.status);
+}
+fs.closeSync(3);
+process.argv = [process.argv[0]];
+require('vm').runInThisContext(job.code, { filename: '[eval]' });
+)js";
+
+void AppendJsonStringArray(std::string& out, const std::vector<std::string>& items) {
+  out += '[';
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out += ',';
+    AppendJsonString(out, items[i]);
+  }
+  out += ']';
+}
+
+}  // namespace
+
+bool ParseRuntime(const std::string& name, Runtime* out) {
+  if (name.empty() || name == "none") *out = Runtime::kNone;
+  else if (name == "sh") *out = Runtime::kSh;
+  else if (name == "bash") *out = Runtime::kBash;
+  else if (name == "python") *out = Runtime::kPython;
+  else if (name == "node") *out = Runtime::kNode;
+  else return false;
+  return true;
+}
+
+const char* RuntimeName(Runtime r) {
+  switch (r) {
+    case Runtime::kNone: return "none";
+    case Runtime::kSh: return "sh";
+    case Runtime::kBash: return "bash";
+    case Runtime::kPython: return "python";
+    case Runtime::kNode: return "node";
+  }
+  return "none";
+}
+
+std::vector<std::string> ZygoteCommand(Runtime r) {
+  switch (r) {
+    case Runtime::kSh: return {"/bin/sh", "-c", kShellZygote, "sh"};
+    case Runtime::kBash: return {"/bin/bash", "--norc", "--noprofile", "-c", kShellZygote, "bash"};
+    case Runtime::kPython: return {"/usr/bin/python3", "-c", kPythonZygote};
+    case Runtime::kNode: return {"/usr/bin/node", "-e", kNodeZygote};
+    case Runtime::kNone: break;
+  }
+  return {};
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  out += '\'';
+  return out;
+}
+
+std::string ZygotePayload(Runtime r, const RunMsg& run) {
+  if (r == Runtime::kSh || r == Runtime::kBash) {
+    std::string script;
+    script += "cd -- " + ShellQuote(run.cwd) + " 2>/dev/null || { printf 'E2 cwd\\n' >&3; exit 126; }\n";
+    for (const std::string& e : run.env) script += "export " + ShellQuote(e) + "\n";
+    if (run.kind == "argv") {
+      std::string words;
+      for (const std::string& a : run.argv) words += " " + ShellQuote(a);
+      script += "if command -v " + ShellQuote(run.argv[0]) + " >/dev/null 2>&1; then exec 3>&-; exec" + words +
+                "; else printf 'E2 exec\\n' >&3; exit 127; fi\n";
+    } else {
+      // shell line, or code for this shell's own runtime
+      script += "exec 3>&-\n";
+      script += run.code;
+      script += "\n";
+    }
+    return script;
+  }
+  std::string json = "{\"kind\":";
+  AppendJsonString(json, run.kind);
+  json += ",\"code\":";
+  AppendJsonString(json, run.code);
+  json += ",\"argv\":";
+  AppendJsonStringArray(json, run.argv);
+  json += ",\"cwd\":";
+  AppendJsonString(json, run.cwd);
+  json += ",\"env\":{";
+  for (size_t i = 0; i < run.env.size(); ++i) {
+    size_t eq = run.env[i].find('=');
+    if (i) json += ',';
+    AppendJsonString(json, run.env[i].substr(0, eq));
+    json += ':';
+    AppendJsonString(json, eq == std::string::npos ? "" : run.env[i].substr(eq + 1));
+  }
+  json += "}}";
+  return json;
+}
+
+}  // namespace sandpool

@@ -1,0 +1,41 @@
+// Warm interpreters ("zygotes"). A template with a runtime prepares each sandbox with its
+// interpreter already started, modules loaded and memory warmed, all under the sandbox's
+// identity, limits and seccomp filter. The job then costs no execve and no loader work.
+//
+// Conversation over the stub socket (fd 3 in the zygote):
+//   zygote -> keeper  'R'                  once it is ready (before the job exists)
+//   keeper -> zygote  the job, then EOF    (shutdown(SHUT_WR))
+//   zygote -> keeper  "E<errno> <stage>\n" if it could not start the job (bad cwd, exec failed)
+//   zygote closes fd 3                      when the job starts: the keeper's "started"
+//
+// Shell zygotes (sh, bash) receive a shell script the keeper writes (environment, cwd, then the
+// job) and eval it. Interpreter zygotes (python, node) receive JSON
+// {"kind","code","argv","env","cwd"} and run `code` as `python3 -c` / `node -e` would, in a
+// fresh __main__ / global scope; argv and shell jobs sent to them are exec'd (python) or run as
+// a child whose end they mirror (node, which cannot exec).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "worker/messages.h"
+
+namespace sandpool {
+
+enum class Runtime { kNone, kSh, kBash, kPython, kNode };
+
+// "", "sh", "bash", "python", "node" <-> Runtime. Returns false for anything else.
+bool ParseRuntime(const std::string& name, Runtime* out);
+const char* RuntimeName(Runtime r);
+
+// The interpreter command line that starts the zygote (argv[0] is an absolute path).
+std::vector<std::string> ZygoteCommand(Runtime r);
+
+// The bytes the keeper sends a zygote for `run`: kind "argv" (run.argv), "shell" (run.code is
+// the line) or "code" (run.code is source for this runtime).
+std::string ZygotePayload(Runtime r, const RunMsg& run);
+
+// POSIX shell single-quoting: the result is one word whose value is exactly `s` (no NUL).
+std::string ShellQuote(const std::string& s);
+
+}  // namespace sandpool
