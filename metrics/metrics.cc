@@ -1,3 +1,4 @@
+#include <map>
 #include "metrics/metrics.h"
 
 #include <prometheus/counter.h>
@@ -198,6 +199,66 @@ std::string Metrics::Serialize() const {
     LogError("metrics serialization failed", {{"error", e.what()}});
     return "# sandpool metrics serialization failed\n";
   }
+}
+
+}  // namespace sandpool
+
+namespace sandpool {
+
+size_t Metrics::AddTemplate(std::string_view name) {
+  if (!ok_) return 0;
+  try {
+    std::map<std::string, std::string> label = {{"template", std::string(name)}};
+    Pool p;
+    p.ready = &prometheus::BuildGauge()
+                   .Name("sandpool_pool_ready_sandboxes")
+                   .Help("Sandboxes prepared and waiting for a job, by template")
+                   .Register(registry_)
+                   .Add(label);
+    p.total = &prometheus::BuildGauge()
+                   .Name("sandpool_pool_sandboxes")
+                   .Help("Pool slots of a template (ready, busy or being prepared)")
+                   .Register(registry_)
+                   .Add(label);
+    p.hits = &prometheus::BuildCounter()
+                  .Name("sandpool_pool_hits_total")
+                  .Help("Jobs that found a ready sandbox of their template")
+                  .Register(registry_)
+                  .Add(label);
+    p.misses = &prometheus::BuildCounter()
+                    .Name("sandpool_pool_misses_total")
+                    .Help("Jobs that had to wait for a sandbox of their template")
+                    .Register(registry_)
+                    .Add(label);
+    p.wait = &prometheus::BuildHistogram()
+                  .Name("sandpool_pool_wait_seconds")
+                  .Help("Time a job waited for a ready sandbox of its template after it was read")
+                  .Register(registry_)
+                  .Add(label, Buckets());
+    pools_.push_back(p);
+  } catch (const std::exception& e) {
+    LogError("metrics: cannot add template series", {{"error", e.what()}});
+    pools_.push_back(Pool{});
+  }
+  return pools_.size() - 1;
+}
+
+void Metrics::SetPool(size_t t, double ready, double total) {
+  if (t >= pools_.size() || pools_[t].ready == nullptr) return;
+  pools_[t].ready->Set(ready);
+  pools_[t].total->Set(total);
+}
+
+void Metrics::PoolHit(size_t t) {
+  if (t < pools_.size() && pools_[t].hits) pools_[t].hits->Increment();
+}
+
+void Metrics::PoolMiss(size_t t) {
+  if (t < pools_.size() && pools_[t].misses) pools_[t].misses->Increment();
+}
+
+void Metrics::ObservePoolWait(size_t t, double seconds) {
+  if (t < pools_.size() && pools_[t].wait) pools_[t].wait->Observe(seconds);
 }
 
 }  // namespace sandpool

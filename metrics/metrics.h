@@ -22,6 +22,7 @@
 #include <array>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace prometheus {
 class Counter;
@@ -70,6 +71,15 @@ class Metrics {
   // sandpool_redis_up: 1 while the command connection is up.
   void SetRedisConnected(bool up);
 
+  // Per-template pool series. AddTemplate creates them (at start-up: never on the hot path)
+  // and returns the index the other calls take. Templates come from the daemon's
+  // configuration, so the label set is bounded.
+  size_t AddTemplate(std::string_view name);
+  void SetPool(size_t t, double ready, double total);  // sandpool_pool_{ready_,}sandboxes
+  void PoolHit(size_t t);                              // sandpool_pool_hits_total
+  void PoolMiss(size_t t);                             // sandpool_pool_misses_total
+  void ObservePoolWait(size_t t, double seconds);      // sandpool_pool_wait_seconds
+
   // The registry in Prometheus text format 0.0.4. Never throws; on an internal failure returns a
   // comment line saying so (the scrape then shows no series, which alerts on absence catch).
   std::string Serialize() const;
@@ -95,6 +105,14 @@ class Metrics {
   prometheus::Counter* reconnects_ = nullptr;
   std::array<prometheus::Counter*, kRecoveryActions.size()> recovered_{};
   prometheus::Gauge* redis_up_ = nullptr;
+  struct Pool {
+    prometheus::Gauge* ready;
+    prometheus::Gauge* total;
+    prometheus::Counter* hits;
+    prometheus::Counter* misses;
+    prometheus::Histogram* wait;
+  };
+  std::vector<Pool> pools_;
 };
 
 }  // namespace sandpool

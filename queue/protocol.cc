@@ -117,7 +117,9 @@ std::string EncodeJobImpl(const JobSpec& spec, bool send_max_output) {
   Packer pk(sink);
   // Fields equal to their protocol default are left out so the map stays small; timeout_ms 0 is
   // not a valid value and means "let the server choose".
-  uint32_t n = 3;  // v, id, argv|shell
+  uint32_t n = 3;  // v, id, argv|shell|code
+  if (spec.code) ++n;  // runtime
+  if (!spec.template_name.empty()) ++n;
   if (!spec.env.empty()) ++n;
   if (spec.cwd != "/work") ++n;
   if (!spec.stdin_data.empty()) ++n;
@@ -133,6 +135,11 @@ std::string EncodeJobImpl(const JobSpec& spec, bool send_max_output) {
   if (spec.shell) {
     PackStr(pk, "shell");
     PackStr(pk, *spec.shell);
+  } else if (spec.code) {
+    PackStr(pk, "code");
+    PackStr(pk, *spec.code);
+    PackStr(pk, "runtime");
+    PackStr(pk, spec.runtime);
   } else {
     PackStr(pk, "argv");
     pk.pack_array(static_cast<uint32_t>(spec.argv.size()));
@@ -166,6 +173,10 @@ std::string EncodeJobImpl(const JobSpec& spec, bool send_max_output) {
     PackStr(pk, "retries");
     pk.pack_uint64(spec.retries);
   }
+  if (!spec.template_name.empty()) {
+    PackStr(pk, "template");
+    PackStr(pk, spec.template_name);
+  }
   for (const auto& [name, value] : {std::pair<const char*, uint64_t>{"memory_bytes", spec.memory_bytes},
                                     {"pids", spec.pids}, {"cpu_time_ms", spec.cpu_time_ms}}) {
     if (value == 0) continue;
@@ -178,6 +189,20 @@ std::string EncodeJobImpl(const JobSpec& spec, bool send_max_output) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+
+bool ValidRuntime(std::string_view runtime) {
+  return runtime == "python" || runtime == "node" || runtime == "bash";
+}
+
+bool ValidTemplateName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
 
 std::string_view ErrorCodeName(ErrorCode code) {
   switch (code) {

@@ -66,6 +66,9 @@ struct JobSpec {
   std::string id;
   std::vector<std::string> argv;     // empty when `shell` is set
   std::optional<std::string> shell;
+  std::optional<std::string> code;  // source code for `runtime` (exactly one of argv/shell/code)
+  std::string runtime;              // "python", "node" or "bash"; set iff `code` is
+  std::string template_name;        // empty: the daemon picks (see PROTOCOL.md section 3)
   std::vector<std::pair<std::string, std::string>> env;  // in the order given; names unique
   std::string cwd = "/work";
   std::string stdin_data;
@@ -79,6 +82,10 @@ struct JobSpec {
 
 // True for 1..128 bytes of [A-Za-z0-9._:-].
 bool ValidJobId(std::string_view id);
+// The runtimes a code job may name.
+bool ValidRuntime(std::string_view runtime);
+// Template names: 1..64 bytes of [A-Za-z0-9._-].
+bool ValidTemplateName(std::string_view name);
 
 // Decodes and validates a job map. On failure the JobError says which rule was broken.
 std::variant<JobSpec, JobError> DecodeJob(std::string_view payload, const ServerLimits& limits);

@@ -111,7 +111,7 @@ JobError Err(ErrorCode c, std::string msg) { return JobError{c, std::move(msg)};
 
 // Every key of the job map, in one place so that "unknown field" is exact.
 enum class JobField { kV, kId, kArgv, kShell, kEnv, kCwd, kStdin, kTimeout, kMaxOutput,
-                      kRetries, kQueue, kMemory, kPids, kCpuTime };
+                      kRetries, kQueue, kMemory, kPids, kCpuTime, kCode, kRuntime, kTemplate };
 
 std::optional<JobField> ParseJobField(std::string_view k) {
   static constexpr std::pair<std::string_view, JobField> kNames[] = {
@@ -123,6 +123,8 @@ std::optional<JobField> ParseJobField(std::string_view k) {
       {"retries", JobField::kRetries}, {"queue", JobField::kQueue},
       {"memory_bytes", JobField::kMemory}, {"pids", JobField::kPids},
       {"cpu_time_ms", JobField::kCpuTime},
+      {"code", JobField::kCode},      {"runtime", JobField::kRuntime},
+      {"template", JobField::kTemplate},
   };
   for (const auto& [name, f] : kNames) {
     if (name == k) return f;
@@ -183,6 +185,28 @@ std::optional<JobError> ApplyJobField(JobField f, std::string_view name, const m
       spec.shell = std::string(s);
       return std::nullopt;
     }
+    case JobField::kCode: {
+      if (!IsStr(v)) return Err(ErrorCode::kBadField, "code: not a string");
+      std::string_view s = StrOf(v);
+      if (s.size() > lim.max_argv_bytes) {
+        return Err(ErrorCode::kTooLarge, "code: more than " + std::to_string(lim.max_argv_bytes) + " bytes");
+      }
+      if (HasNul(s)) return Err(ErrorCode::kBadField, "code: contains NUL");
+      spec.code = std::string(s);
+      return std::nullopt;
+    }
+    case JobField::kRuntime:
+      if (!IsStr(v) || !ValidRuntime(StrOf(v))) {
+        return Err(ErrorCode::kBadField, "runtime: must be \"python\", \"node\" or \"bash\"");
+      }
+      spec.runtime = std::string(StrOf(v));
+      return std::nullopt;
+    case JobField::kTemplate:
+      if (!IsStr(v) || !ValidTemplateName(StrOf(v))) {
+        return Err(ErrorCode::kBadField, "template: 1..64 characters of [A-Za-z0-9._-]");
+      }
+      spec.template_name = std::string(StrOf(v));
+      return std::nullopt;
     case JobField::kEnv: {
       if (v.type != msgpack::type::MAP) return Err(ErrorCode::kBadField, "env: not a map");
       const auto& m = v.via.map;
@@ -338,8 +362,11 @@ std::variant<JobSpec, JobError> DecodeJobImpl(std::string_view payload, const Se
   }
   auto has = [&](JobField f) { return (seen & (1u << static_cast<int>(f))) != 0; };
   if (!has(JobField::kId)) return Err(ErrorCode::kBadField, "id: missing");
-  if (has(JobField::kArgv) == has(JobField::kShell)) {
-    return Err(ErrorCode::kBadField, "exactly one of argv and shell is required");
+  if (has(JobField::kArgv) + has(JobField::kShell) + has(JobField::kCode) != 1) {
+    return Err(ErrorCode::kBadField, "exactly one of argv, shell and code is required");
+  }
+  if (has(JobField::kCode) != has(JobField::kRuntime)) {
+    return Err(ErrorCode::kBadField, "code and runtime go together");
   }
   if (!has(JobField::kTimeout)) {
     spec.timeout_ms = std::clamp<uint64_t>(lim.default_timeout_ms, 1, lim.max_timeout_ms);

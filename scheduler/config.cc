@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 
 namespace sandpool {
 namespace {
@@ -118,6 +119,13 @@ const std::vector<Option>& Options() {
       {"cpu-time-ms", "CPU-time limit per job (0: none)", Num(+[](DaemonConfig* c) { return &c->sandbox.cpu_time_ms; })},
       {"work-size", "size of the writable /work per sandbox", Size(+[](DaemonConfig* c) { return &c->sandbox.work_bytes; })},
       {"tmp-size", "size of /tmp (and of /var/tmp) per sandbox", Size(+[](DaemonConfig* c) { return &c->sandbox.tmp_bytes; })},
+      {"max-workers", "most slots demand may grow the default template's pool to (default: max(workers, 16))", Uint(&DaemonConfig::max_workers)},
+      {"python-workers", "warm python sandboxes kept (template 'python'; 0: no such template)", Uint(&DaemonConfig::python_workers)},
+      {"python-max-workers", "most slots of template 'python'", Uint(&DaemonConfig::python_max_workers)},
+      {"node-workers", "warm node sandboxes kept (template 'node'; 0: no such template)", Uint(&DaemonConfig::node_workers)},
+      {"node-max-workers", "most slots of template 'node'", Uint(&DaemonConfig::node_max_workers)},
+      {"max-sandboxes", "host-wide limit on pool slots across templates", Uint(&DaemonConfig::max_sandboxes)},
+      {"memory-budget", "host-wide limit on the sum of the slots' memory limits (default 3/4 of RAM)", Size(+[](DaemonConfig* c) { return &c->memory_budget_bytes; })},
       {"open-files", "RLIMIT_NOFILE per job", Num(+[](DaemonConfig* c) { return &c->sandbox.open_files; })},
       {"file-size", "largest file a job may write (RLIMIT_FSIZE)", Size(+[](DaemonConfig* c) { return &c->sandbox.file_size_bytes; })},
   };
@@ -156,6 +164,128 @@ std::string Trim(const std::string& s) {
 }
 
 }  // namespace
+
+int FindTemplate(const DaemonConfig& c, const std::string& name) {
+  for (size_t i = 0; i < c.templates.size(); ++i) {
+    if (c.templates[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+Status ApplyTemplateKey(TemplateConfig* t, const std::string& key, const std::string& value) {
+  auto num = [&](uint64_t* out) -> Status {
+    auto n = ParseUint(value);
+    if (!n.ok()) return n.status();
+    *out = *n;
+    return Status::Ok();
+  };
+  auto size = [&](uint64_t* out) -> Status {
+    auto n = ParseSize(value);
+    if (!n.ok()) return n.status();
+    *out = *n;
+    return Status::Ok();
+  };
+  uint64_t n = 0;
+  if (key == "runtime") {
+    if (value != "none" && value != "sh" && value != "bash" && value != "python" && value != "node") {
+      return Status::Error("runtime must be none, sh, bash, python or node");
+    }
+    t->sandbox.runtime = value == "none" ? "" : value;
+  } else if (key == "workers") {
+    SP_RETURN_IF_ERROR(num(&n));
+    t->min_workers = static_cast<uint32_t>(n);
+  } else if (key == "max-workers") {
+    SP_RETURN_IF_ERROR(num(&n));
+    t->max_workers = static_cast<uint32_t>(n);
+  } else if (key == "memory") {
+    SP_RETURN_IF_ERROR(size(&t->sandbox.cgroup.memory_bytes));
+  } else if (key == "pids") {
+    SP_RETURN_IF_ERROR(num(&t->sandbox.cgroup.pids));
+  } else if (key == "cpus") {
+    char* end = nullptr;
+    double d = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() || *end != '\0' || !(d > 0.0) || d > 1024) return Status::Error("cpus must be a positive number");
+    t->sandbox.cgroup.cpu_quota_us = static_cast<uint64_t>(std::llround(d * static_cast<double>(t->sandbox.cgroup.cpu_period_us)));
+  } else if (key == "cpu-time-ms") {
+    SP_RETURN_IF_ERROR(num(&t->sandbox.cpu_time_ms));
+  } else if (key == "work-size") {
+    SP_RETURN_IF_ERROR(size(&t->sandbox.work_bytes));
+  } else if (key == "tmp-size") {
+    SP_RETURN_IF_ERROR(size(&t->sandbox.tmp_bytes));
+  } else if (key == "env") {
+    size_t eq = value.find('=');
+    if (eq == std::string::npos || eq == 0) return Status::Error("env must be NAME=value");
+    t->env.push_back(value);
+  } else if (key == "dirs") {
+    std::istringstream words(value);
+    for (std::string d; words >> d;) {
+      if (d.empty() || d[0] != '/' || d.find("..") != std::string::npos) return Status::Error("dirs must be absolute host paths");
+      t->sandbox.ro_dirs.push_back(d);
+    }
+  } else {
+    return Status::Error("unknown template key '" + key + "'");
+  }
+  return Status::Ok();
+}
+
+Status BuildTemplates(DaemonConfig* c,
+                      const std::vector<std::pair<std::string, std::multimap<std::string, std::string>>>& sections) {
+  auto make = [&](const std::string& name, const std::string& runtime, uint32_t min, uint32_t max) {
+    TemplateConfig t;
+    t.name = name;
+    t.min_workers = min;
+    t.max_workers = std::max(min, max);
+    t.sandbox = c->sandbox;
+    t.sandbox.template_name = name;
+    t.sandbox.runtime = runtime;
+    return t;
+  };
+  c->templates.clear();
+  uint32_t max_default = c->max_workers ? c->max_workers : std::max<uint32_t>(c->workers, 16);
+  // The default template keeps a shell warm: shell jobs (what agents send) start with no exec.
+  c->templates.push_back(make("default", "sh", c->workers, max_default));
+  if (c->python_workers > 0 && ::access("/usr/bin/python3", X_OK) == 0) {
+    c->templates.push_back(make("python", "python", c->python_workers, c->python_max_workers));
+  }
+  if (c->node_workers > 0 && ::access("/usr/bin/node", X_OK) == 0) {
+    c->templates.push_back(make("node", "node", c->node_workers, c->node_max_workers));
+  }
+  for (const auto& [name, keys] : sections) {
+    int i = FindTemplate(*c, name);
+    if (i < 0) {
+      c->templates.push_back(make(name, "", 1, 8));
+      i = static_cast<int>(c->templates.size()) - 1;
+    }
+    TemplateConfig& t = c->templates[static_cast<size_t>(i)];
+    for (const auto& [key, value] : keys) {
+      SP_RETURN_IF_ERROR(ApplyTemplateKey(&t, key, value).Prefixed("[template " + name + "] " + key));
+    }
+    if (t.max_workers < t.min_workers) t.max_workers = t.min_workers;
+  }
+  uint64_t min_total = 0;
+  for (TemplateConfig& t : c->templates) {
+    min_total += t.min_workers;
+    for (const std::string& e : t.env) t.sandbox.base_env.push_back(e);
+    if (t.sandbox.cgroup.memory_bytes > c->limits.max_memory_bytes) {
+      return Status::Error("[template " + t.name + "] memory is above --max-memory");
+    }
+    if (!t.sandbox.runtime.empty()) {
+      const char* interp = t.sandbox.runtime == "python" ? "/usr/bin/python3"
+                           : t.sandbox.runtime == "node" ? "/usr/bin/node"
+                           : t.sandbox.runtime == "bash" ? "/bin/bash" : "/bin/sh";
+      if (::access(interp, X_OK) != 0) {
+        return Status::Error("[template " + t.name + "] runtime " + t.sandbox.runtime + " needs " + interp);
+      }
+    }
+  }
+  if (min_total > c->max_sandboxes) {
+    return Status::Error("the templates' workers add up to " + std::to_string(min_total) + ", above --max-sandboxes " +
+                         std::to_string(c->max_sandboxes));
+  }
+  uint64_t top = uint64_t{c->sandbox.host_id_base} + 2ull * c->max_sandboxes;
+  if (top > 4294967294ull) return Status::Error("--uid-base leaves no room for the slots' uids");
+  return Status::Ok();
+}
 
 Result<uint64_t> ParseSize(const std::string& s) {
   if (s.empty()) return Status::Error("empty size");
@@ -208,6 +338,8 @@ Status ParseConfig(int argc, char** argv, DaemonConfig* config, bool* exit_now) 
     else from_flags[name] = value;
   }
   std::map<std::string, std::string> from_file;
+  // [template NAME] sections: name -> key -> values (env and dirs may repeat).
+  std::vector<std::pair<std::string, std::multimap<std::string, std::string>>> sections;
   if (!config_file.empty()) {
     std::ifstream f(config_file);
     if (!f) return Status::Error("cannot read config file " + config_file);
@@ -217,11 +349,25 @@ Status ParseConfig(int argc, char** argv, DaemonConfig* config, bool* exit_now) 
       ++lineno;
       line = Trim(line.substr(0, line.find('#')));
       if (line.empty()) continue;
+      std::string where = config_file + ":" + std::to_string(lineno) + ": ";
+      if (line.front() == '[') {
+        std::string head = Trim(line.substr(1, line.find(']') - 1));
+        if (line.back() != ']' || head.rfind("template ", 0) != 0) return Status::Error(where + "expected [template NAME]");
+        std::string name = Trim(head.substr(9));
+        if (!ValidTemplateName(name)) return Status::Error(where + "bad template name '" + name + "'");
+        sections.emplace_back(name, std::multimap<std::string, std::string>{});
+        continue;
+      }
       size_t eq = line.find('=');
-      if (eq == std::string::npos) return Status::Error(config_file + ":" + std::to_string(lineno) + ": expected 'name = value'");
+      if (eq == std::string::npos) return Status::Error(where + "expected 'name = value'");
       std::string name = Trim(line.substr(0, eq));
-      if (Find(name) == nullptr) return Status::Error(config_file + ":" + std::to_string(lineno) + ": unknown option '" + name + "'");
-      from_file[name] = Trim(line.substr(eq + 1));
+      std::string value = Trim(line.substr(eq + 1));
+      if (!sections.empty()) {
+        sections.back().second.emplace(name, value);
+        continue;
+      }
+      if (Find(name) == nullptr) return Status::Error(where + "unknown option '" + name + "'");
+      from_file[name] = value;
     }
   }
   // Maxima default to the defaults, so a job can lower but not raise its limits unless the
@@ -276,9 +422,7 @@ Status ParseConfig(int argc, char** argv, DaemonConfig* config, bool* exit_now) 
   if (config->heartbeat_ms == 0 || config->lease_ms < 3 * config->heartbeat_ms) {
     return Status::Error("--lease-ms must be at least 3 x --heartbeat-ms");
   }
-  uint64_t top = uint64_t{config->sandbox.host_id_base} + 2ull * config->workers;
-  if (top > 4294967294ull) return Status::Error("--uid-base leaves no room for the slots' uids");
-  return Status::Ok();
+  return BuildTemplates(config, sections);
 }
 
 }  // namespace sandpool

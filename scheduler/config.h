@@ -17,6 +17,15 @@
 
 namespace sandpool {
 
+// A template: an environment jobs can name, with its own warm pool. See docs/ARCHITECTURE.md.
+struct TemplateConfig {
+  std::string name;
+  uint32_t min_workers = 1;  // sandboxes kept ready (or busy) at all times
+  uint32_t max_workers = 8;  // demand may grow the pool up to here, within the host budget
+  SandboxConfig sandbox;     // runtime, limits, root directories, base environment
+  std::vector<std::string> env;  // "NAME=value" every job of the template gets (jobs override)
+};
+
 struct DaemonConfig {
   std::string redis_url = "redis://127.0.0.1:6379";
   RedisUrl redis;
@@ -34,8 +43,17 @@ struct DaemonConfig {
   std::string cgroup_mode = "auto";
   bool allow_missing_controllers = false;
   ServerLimits limits;
-  SandboxConfig sandbox;
+  SandboxConfig sandbox;  // the defaults every template starts from
+  uint32_t max_workers = 0;          // default template's maximum (0: max(workers, 16))
+  uint32_t python_workers = 2, python_max_workers = 8;
+  uint32_t node_workers = 1, node_max_workers = 4;
+  uint32_t max_sandboxes = 64;       // host-wide: pool slots across all templates
+  uint64_t memory_budget_bytes = 0;  // host-wide: sum of the slots' memory limits (0: 3/4 of RAM)
+  std::vector<TemplateConfig> templates;  // [0] is "default"
 };
+
+// Index of the template named `name`, or -1.
+int FindTemplate(const DaemonConfig& c, const std::string& name);
 
 // Parses argv (and the environment and config file they point to). On --help, prints usage to
 // stdout and sets *exit_now. Errors name the offending option.

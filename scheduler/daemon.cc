@@ -7,6 +7,9 @@
 
 #include <msgpack.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "common/clock.h"
 #include "common/log.h"
 #include "scheduler/scripts.h"
@@ -70,8 +73,15 @@ Status Daemon::Start() {
   event_add(spawner_ev_, nullptr);
 
   SlotHooks hooks;
-  hooks.on_ready = [this](Slot&) {
+  hooks.on_ready = [this](Slot& s) {
     UpdateWorkerGauges();
+    // Jobs that were waiting for this template's pool come first.
+    auto& waiting = backlog_[s.template_index()];
+    if (!waiting.empty() && !draining_) {
+      Entry e = std::move(waiting.front());
+      waiting.pop_front();
+      Dispatch(std::move(e));
+    }
     MaybeRead();
   };
   hooks.on_started = [this](Slot& s) {
@@ -84,6 +94,8 @@ Status Daemon::Start() {
   };
   hooks.on_finished = [this](Slot& s, JobResult&& r) {
     running_.erase(r.id);
+    PoolDemand& d = demand_[s.template_index()];
+    d.run_s = 0.9 * d.run_s + 0.1 * (static_cast<double>(r.exec_time_us) / 1e6);
     metrics_.ObserveRunDuration(static_cast<double>(r.exec_time_us) / 1e6);
     // The entry id of the job that just ended: Finish needs it, the slot no longer has it.
     Finish(std::move(r), s.last_entry(), s.NextSeq());
@@ -94,7 +106,7 @@ Status Daemon::Start() {
     int& backoff = respawn_backoff_ms_[s.index()];
     backoff = backoff == 0 ? 100 : std::min(backoff * 2, 5000);
     UpdateWorkerGauges();
-    if (draining_) {
+    if (draining_ || !s.active) {
       MaybeExit();
       return;
     }
@@ -103,14 +115,27 @@ Status Daemon::Start() {
     struct timeval tv = {backoff / 1000, (backoff % 1000) * 1000};
     event_base_once(base_, -1, EV_TIMEOUT, [](evutil_socket_t, short, void* arg) {
       auto* p = static_cast<std::pair<Daemon*, uint32_t>*>(arg);
-      if (!p->first->draining_) p->first->SpawnKeeper(p->second);
+      Daemon* d = p->first;
+      Slot* slot = d->slots_[p->second].get();
+      if (!d->draining_ && slot->active && slot->state() == Slot::State::kNoKeeper) d->SpawnKeeper(p->second);
       delete p;
     }, new std::pair<Daemon*, uint32_t>(this, index), &tv);
   };
   hooks.on_prepared = [this](Slot&, double seconds) { metrics_.ObserveSandboxPrepare(seconds); };
-  for (uint32_t i = 0; i < config_.workers; ++i) {
-    slots_.push_back(std::make_unique<Slot>(base_, i, hooks));
-    SpawnKeeper(i);
+  hooks_ = hooks;
+  memory_budget_ = config_.memory_budget_bytes;
+  if (memory_budget_ == 0) {
+    memory_budget_ = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 4 * 3;
+  }
+  backlog_.resize(config_.templates.size());
+  demand_.resize(config_.templates.size());
+  for (uint32_t t = 0; t < config_.templates.size(); ++t) {
+    pool_metrics_.push_back(metrics_.AddTemplate(config_.templates[t].name));
+    for (uint32_t k = 0; k < config_.templates[t].min_workers; ++k) {
+      if (!GrowPool(t, "minimum")) {
+        return Status::Error("the host budget (--max-sandboxes, --memory-budget) does not fit the templates' workers");
+      }
+    }
   }
 
   cmd_ = std::make_unique<RedisAsync>(base_, config_.redis, "commands", RedisAsync::Hooks{
@@ -147,7 +172,8 @@ Status Daemon::Start() {
 }
 
 void Daemon::SpawnKeeper(uint32_t slot) {
-  Status s = spawner_channel_.Send(static_cast<uint16_t>(MsgType::kSpawnKeeper), Encode(SpawnKeeperMsg{slot}));
+  uint32_t tmpl = slots_[slot]->template_index();
+  Status s = spawner_channel_.Send(static_cast<uint16_t>(MsgType::kSpawnKeeper), Encode(SpawnKeeperMsg{slot, tmpl}));
   if (!s.ok()) LogError("cannot reach the spawner", {{"error", s.message()}});
 }
 
@@ -159,8 +185,8 @@ void Daemon::OnSpawnerReadable() {
   for (Frame& f : frames) {
     KeeperMsg m;
     if (f.type != static_cast<uint16_t>(MsgType::kKeeper) || !Decode(f.payload, &m).ok() || f.fds.size() != 1 ||
-        m.slot >= slots_.size()) {
-      continue;
+        m.slot >= slots_.size() || !slots_[m.slot]->active) {
+      continue;  // a keeper for a slot retired meanwhile: dropping the fd makes it exit
     }
     slots_[m.slot]->AttachKeeper(std::move(f.fds[0]), m.pid);
     UpdateWorkerGauges();
@@ -176,14 +202,114 @@ void Daemon::OnSpawnerReadable() {
 
 Slot* Daemon::ReadySlot() {
   for (auto& s : slots_) {
-    if (s->state() == Slot::State::kReady) return s.get();
+    if (s->active && s->state() == Slot::State::kReady) return s.get();
   }
   return nullptr;
+}
+
+Slot* Daemon::ReadySlot(uint32_t tmpl) {
+  for (auto& s : slots_) {
+    if (s->active && s->template_index() == tmpl && s->state() == Slot::State::kReady) return s.get();
+  }
+  return nullptr;
+}
+
+size_t Daemon::BacklogSize() const {
+  size_t n = 0;
+  for (const auto& b : backlog_) n += b.size();
+  return n;
+}
+
+uint32_t Daemon::PoolSize(uint32_t tmpl) const {
+  uint32_t n = 0;
+  for (const auto& s : slots_) n += s->active && s->template_index() == tmpl;
+  return n;
+}
+
+int Daemon::TemplateFor(const JobSpec& spec) const {
+  if (!spec.template_name.empty()) return FindTemplate(config_, spec.template_name);
+  if (spec.code) {
+    // The template named after the runtime, else any template that keeps it warm.
+    int named = FindTemplate(config_, spec.runtime);
+    if (named >= 0 && config_.templates[static_cast<size_t>(named)].sandbox.runtime == spec.runtime) return named;
+    for (size_t i = 0; i < config_.templates.size(); ++i) {
+      if (config_.templates[i].sandbox.runtime == spec.runtime) return static_cast<int>(i);
+    }
+  }
+  return 0;  // "default"
+}
+
+bool Daemon::GrowPool(uint32_t tmpl, const char* why) {
+  const TemplateConfig& t = config_.templates[tmpl];
+  uint32_t active = 0;
+  uint64_t memory = 0;
+  int free_index = -1;
+  for (uint32_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i]->active) {
+      ++active;
+      memory += config_.templates[slots_[i]->template_index()].sandbox.cgroup.memory_bytes;
+    } else if (free_index < 0 && slots_[i]->state() == Slot::State::kNoKeeper) {
+      free_index = static_cast<int>(i);
+    }
+  }
+  if (PoolSize(tmpl) >= t.max_workers || active >= config_.max_sandboxes ||
+      memory + t.sandbox.cgroup.memory_bytes > memory_budget_) {
+    return false;
+  }
+  uint32_t index;
+  if (free_index >= 0) {
+    index = static_cast<uint32_t>(free_index);
+  } else {
+    index = static_cast<uint32_t>(slots_.size());
+    slots_.push_back(nullptr);
+  }
+  slots_[index] = std::make_unique<Slot>(base_, index, tmpl, t.sandbox.runtime, t.env, hooks_);
+  demand_[tmpl].last_change_us = MonotonicUs();
+  LogDebug("pool grows", {{"template", t.name}, {"slot", index}, {"why", why}});
+  SpawnKeeper(index);
+  return true;
+}
+
+// Sizes each template's pool to its recent demand: enough slots for the arrival rate times the
+// run time (Little's law) plus one spare, within [min, max] and the host budget. Shrinking waits
+// 10 s after the last change and retires only idle (ready) slots.
+void Daemon::ResizePools() {
+  int64_t now = MonotonicUs();
+  double tick_s = static_cast<double>(config_.heartbeat_ms) / 1000.0;
+  for (uint32_t t = 0; t < config_.templates.size(); ++t) {
+    const TemplateConfig& tc = config_.templates[t];
+    PoolDemand& d = demand_[t];
+    double rate = static_cast<double>(d.arrivals_since_tick) / tick_s;
+    d.arrivals_since_tick = 0;
+    double alpha = std::min(1.0, tick_s / 10.0);
+    d.arrivals_per_s = (1 - alpha) * d.arrivals_per_s + alpha * rate;
+    uint32_t want = static_cast<uint32_t>(std::ceil(d.arrivals_per_s * d.run_s)) + 1 +
+                    static_cast<uint32_t>(backlog_[t].size());
+    want = std::clamp(want, tc.min_workers, tc.max_workers);
+    uint32_t have = PoolSize(t);
+    if (have < want && !draining_) {
+      GrowPool(t, "demand");
+    } else if (have > want && now - d.last_change_us > 10 * 1000000) {
+      for (auto& s : slots_) {
+        if (s->active && s->template_index() == t && s->state() == Slot::State::kReady) {
+          LogDebug("pool shrinks", {{"template", tc.name}, {"slot", s->index()}});
+          s->active = false;
+          s->Shutdown();
+          d.last_change_us = now;
+          break;
+        }
+      }
+    }
+    uint32_t ready = 0;
+    for (auto& s : slots_) ready += s->active && s->template_index() == t && s->state() == Slot::State::kReady;
+    metrics_.SetPool(pool_metrics_[t], ready, PoolSize(t));
+  }
 }
 
 void Daemon::UpdateWorkerGauges() {
   double starting = 0, ready = 0, busy = 0, failed = 0;
   for (auto& s : slots_) {
+    if (!s->active) continue;
     switch (s->state()) {
       case Slot::State::kReady: ready += 1; break;
       case Slot::State::kReserved:
@@ -233,18 +359,23 @@ void Daemon::OnCommandConnected() {
 
 void Daemon::MaybeRead() {
   if (draining_ || !group_ready_ || read_in_flight_ || !reader_ || !reader_->connected()) return;
-  while (!backlog_.empty() && ReadySlot() != nullptr) {
-    Entry e = std::move(backlog_.front());
-    backlog_.pop_front();
-    Dispatch(std::move(e));
+  for (uint32_t t = 0; t < backlog_.size(); ++t) {
+    while (!backlog_[t].empty() && ReadySlot(t) != nullptr) {
+      Entry e = std::move(backlog_[t].front());
+      backlog_[t].pop_front();
+      Dispatch(std::move(e));
+    }
   }
   if (own_pending_scan_) {
     ReadOwnPending();
     return;
   }
+  // Take no more than can start now: entries already waiting for a pool count against it.
   size_t ready = 0;
-  for (auto& s : slots_) ready += s->state() == Slot::State::kReady;
-  if (ready == 0 || !backlog_.empty()) return;
+  for (auto& s : slots_) ready += s->active && s->state() == Slot::State::kReady;
+  size_t waiting = BacklogSize();
+  if (ready <= waiting) return;
+  ready -= waiting;
   read_in_flight_ = true;
   reader_->Command({"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT", std::to_string(ready),
                     "BLOCK", std::to_string(kBlockMs), "STREAMS", stream_, ">"},
@@ -350,10 +481,31 @@ void Daemon::Dispatch(Entry e) {
     Reject(job_id, e, ErrorCode::kBadField, "the payload's id '" + spec.id + "' differs from the entry's id field", false);
     return;
   }
-  Slot* slot = ReadySlot();
-  if (slot == nullptr) {
-    backlog_.push_back(std::move(e));  // stays in inflight_entries_, so its lease is refreshed
+  int tmpl = TemplateFor(spec);
+  if (tmpl < 0) {
+    Reject(job_id, e, ErrorCode::kBadField, "unknown template '" + spec.template_name + "'", false);
     return;
+  }
+  uint32_t t = static_cast<uint32_t>(tmpl);
+  Slot* slot = ReadySlot(t);
+  if (slot == nullptr) {
+    // The pool is empty: the job waits for the next sandbox of its template (never a path with
+    // less isolation), and the pool grows if the budget allows.
+    if (e.waiting_since_us == 0) {
+      e.waiting_since_us = MonotonicUs();
+      metrics_.PoolMiss(pool_metrics_[t]);
+      ++demand_[t].arrivals_since_tick;
+      GrowPool(t, "miss");
+    }
+    backlog_[t].push_back(std::move(e));  // stays in inflight_entries_, so its lease is refreshed
+    return;
+  }
+  if (e.waiting_since_us == 0) {
+    metrics_.PoolHit(pool_metrics_[t]);
+    ++demand_[t].arrivals_since_tick;
+    metrics_.ObservePoolWait(pool_metrics_[t], 0);
+  } else {
+    metrics_.ObservePoolWait(pool_metrics_[t], static_cast<double>(MonotonicUs() - e.waiting_since_us) / 1e6);
   }
   metrics_.JobReceived();
   Claim(slot, std::move(spec), std::move(e));
@@ -393,8 +545,10 @@ void Daemon::Claim(Slot* slot, JobSpec spec, Entry e) {
           int64_t wait_ms = WallMs() - EntryMs(entry);
           job.queue_wait_us = wait_ms > 0 ? static_cast<uint64_t>(wait_ms) * 1000 : 0;
           job.cpu_time_ms = job.spec.cpu_time_ms ? job.spec.cpu_time_ms : config_.sandbox.cpu_time_ms;
-          job.memory_bytes = job.spec.memory_bytes ? job.spec.memory_bytes : config_.sandbox.cgroup.memory_bytes;
-          job.pids = job.spec.pids ? job.spec.pids : config_.sandbox.cgroup.pids;
+          const SandboxConfig& tc = config_.templates[slot->template_index()].sandbox;
+          job.cpu_time_ms = job.spec.cpu_time_ms ? job.spec.cpu_time_ms : tc.cpu_time_ms;
+          job.memory_bytes = job.spec.memory_bytes ? job.spec.memory_bytes : tc.cgroup.memory_bytes;
+          job.pids = job.spec.pids ? job.spec.pids : tc.cgroup.pids;
           metrics_.ObserveQueueWait(static_cast<double>(job.queue_wait_us) / 1e6);
           if (attempt > 1) metrics_.RecoveredJob("retried");
           running_[job_id] = slot;
@@ -565,6 +719,7 @@ void Daemon::Heartbeat() {
       if (ours) metrics_.SetQueueDepth(pending, lag);
     }
   });
+  ResizePools();
   // Reclaim a dead daemon's entries a few times per lease.
   uint64_t every = std::max<uint64_t>(1, config_.lease_ms / config_.heartbeat_ms / 3);
   if (ticks_ % every == 0) Reclaim();
@@ -574,7 +729,8 @@ void Daemon::Reclaim() {
   if (draining_ || !group_ready_) return;
   size_t ready = 0;
   for (auto& s : slots_) ready += s->state() == Slot::State::kReady;
-  if (ready == 0 || !backlog_.empty()) return;
+  if (ready <= BacklogSize()) return;
+  ready -= BacklogSize();
   cmd_->Command({"XAUTOCLAIM", stream_, std::string(Keys::kGroup), config_.consumer, std::to_string(config_.lease_ms),
                  "0-0", "COUNT", std::to_string(ready)},
                 [this](redisReply* r) {
@@ -630,7 +786,7 @@ void Daemon::Drain(const char* why) {
   // Entries waiting for a slot are not ours to run any more: another daemon (or our restart)
   // gets them through the pending list, unclaimed, so they run normally. Closing the reader
   // drops a reply that may be on its way for the same reason.
-  backlog_.clear();
+  for (auto& b : backlog_) b.clear();
   if (reader_) reader_->Close();
   MaybeExit();
 }

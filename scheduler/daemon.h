@@ -53,6 +53,14 @@ class Daemon {
     std::string id;  // stream entry id
     bool deleted = false;  // XDEL'd while pending: nothing to run
     std::map<std::string, std::string> fields;
+    int64_t waiting_since_us = 0;  // set when it first found its template's pool empty
+  };
+  // Demand seen by a template's pool, for sizing it (EWMA over roughly the last 10 s).
+  struct PoolDemand {
+    double arrivals_per_s = 0;
+    double run_s = 0.05;
+    uint64_t arrivals_since_tick = 0;
+    int64_t last_change_us = 0;
   };
   struct PendingFinish {
     std::string job_id, entry, attempt, result, event;
@@ -78,10 +86,16 @@ class Daemon {
   void Heartbeat();
   void Reclaim();
 
-  // Slots and keepers.
+  // Slots, keepers and pools.
   void SpawnKeeper(uint32_t slot);
   void OnSpawnerReadable();
-  Slot* ReadySlot();
+  Slot* ReadySlot();                  // of any template
+  Slot* ReadySlot(uint32_t tmpl);
+  int TemplateFor(const JobSpec& spec) const;  // -1: unknown template
+  // Adds a slot to a template's pool if the host budget allows; false otherwise.
+  bool GrowPool(uint32_t tmpl, const char* why);
+  void ResizePools();
+  uint32_t PoolSize(uint32_t tmpl) const;
   void UpdateWorkerGauges();
   void MaybeExit();
 
@@ -105,6 +119,7 @@ class Daemon {
   std::unique_ptr<RedisAsync> cmd_, reader_, sub_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::map<uint32_t, int> respawn_backoff_ms_;
+  size_t BacklogSize() const;
 
   bool group_ready_ = false;
   bool read_in_flight_ = false;
@@ -114,7 +129,11 @@ class Daemon {
   uint64_t ticks_ = 0;
   int64_t started_ms_ = 0;
 
-  std::deque<Entry> backlog_;                    // entries taken but waiting for a slot
+  std::vector<std::deque<Entry>> backlog_;       // per template: entries waiting for a slot
+  std::vector<size_t> pool_metrics_;             // per template: index in metrics_
+  std::vector<PoolDemand> demand_;               // per template
+  SlotHooks hooks_;
+  uint64_t memory_budget_ = 0;
   std::set<std::string> inflight_entries_;       // entries this daemon holds (PEL refresh)
   std::map<std::string, Slot*> running_;         // job id -> slot
   std::set<std::string> cancelled_unstarted_;    // cancels seen for jobs not (yet) running here

@@ -47,7 +47,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   // The spawner is forked now, while this process has exactly one thread.
-  auto spawner = StartSpawner(config.sandbox, *layout, argv);
+  std::vector<SandboxConfig> templates;
+  for (const TemplateConfig& t : config.templates) templates.push_back(t.sandbox);
+  auto spawner = StartSpawner(templates, *layout, argv);
   if (!spawner.ok()) {
     LogError("cannot start the spawner", {{"error", spawner.status().message()}});
     return 1;

@@ -17,14 +17,30 @@ constexpr size_t kChunk = 65536;
 constexpr int kDrainMs = 2000;
 const char* const kStreamName[2] = {"stdout", "stderr"};
 
-std::vector<std::string> JobEnv(const JobSpec& spec) {
+// The job's environment: its own variables, then the template's it did not set, then the safe
+// defaults it did not set.
+std::vector<std::string> JobEnv(const JobSpec& spec, const std::vector<std::string>& template_env) {
   std::vector<std::string> env;
   bool path = false, home = false, lang = false;
+  auto has = [&](const std::string& name) {
+    for (const auto& [k, v] : spec.env) {
+      if (k == name) return true;
+    }
+    return false;
+  };
   for (const auto& [k, v] : spec.env) {
     env.push_back(k + "=" + v);
     path |= k == "PATH";
     home |= k == "HOME";
     lang |= k == "LANG";
+  }
+  for (const std::string& e : template_env) {
+    std::string name = e.substr(0, e.find('='));
+    if (has(name)) continue;
+    env.push_back(e);
+    path |= name == "PATH";
+    home |= name == "HOME";
+    lang |= name == "LANG";
   }
   if (!path) env.emplace_back("PATH=/usr/local/bin:/usr/bin:/bin");
   if (!home) env.emplace_back("HOME=/work");
@@ -34,8 +50,10 @@ std::vector<std::string> JobEnv(const JobSpec& spec) {
 
 }  // namespace
 
-Slot::Slot(struct event_base* base, uint32_t index, SlotHooks hooks)
-    : base_(base), index_(index), hooks_(std::move(hooks)) {
+Slot::Slot(struct event_base* base, uint32_t index, uint32_t template_index, std::string runtime,
+           std::vector<std::string> template_env, SlotHooks hooks)
+    : base_(base), index_(index), template_index_(template_index), runtime_(std::move(runtime)),
+      template_env_(std::move(template_env)), hooks_(std::move(hooks)) {
   timeout_ev_ = evtimer_new(base_, &Slot::OnTimeout, this);
 }
 
@@ -188,12 +206,25 @@ void Slot::Start(SlotJob job) {
 
   RunMsg run;
   run.generation = generation_;
-  if (job_->spec.shell) {
-    run.argv = {"/bin/sh", "-c", *job_->spec.shell};
+  const JobSpec& spec = job_->spec;
+  if (spec.shell) {
+    run.kind = "shell";
+    run.code = *spec.shell;
+    run.argv = {"/bin/sh", "-c", *spec.shell};
+  } else if (spec.code && spec.runtime == runtime_) {
+    run.kind = "code";  // the slot's warm interpreter runs it
+    run.code = *spec.code;
+  } else if (spec.code) {
+    // No warm interpreter for this runtime here: start one, as `python3 -c` & co. would.
+    run.kind = "argv";
+    if (spec.runtime == "python") run.argv = {"/usr/bin/python3", "-c", *spec.code};
+    else if (spec.runtime == "node") run.argv = {"node", "-e", *spec.code};
+    else run.argv = {"/bin/bash", "-c", *spec.code};
   } else {
-    run.argv = job_->spec.argv;
+    run.kind = "argv";
+    run.argv = spec.argv;
   }
-  run.env = JobEnv(job_->spec);
+  run.env = JobEnv(spec, template_env_);
   run.cwd = job_->spec.cwd;
   run.cpu_time_ms = job_->cpu_time_ms;
   run.memory_bytes = job_->memory_bytes;
@@ -307,7 +338,8 @@ void Slot::OnTimeout(evutil_socket_t, short, void* arg) {
 void Slot::MaybeFinish() {
   if (state_ != State::kRunning || !exited_ || !eof_[0] || !eof_[1]) return;
   FillOutcome(exited_msg_, kill_, &result_);
-  if (result_.error && result_.error->code == ErrorCode::kExecFailed && !job_->spec.argv.empty()) {
+  if (result_.error && result_.error->code == ErrorCode::kExecFailed && !job_->spec.argv.empty() &&
+      result_.error->message.rfind("exec:", 0) == 0) {
     result_.error->message = job_->spec.argv[0] + ": " + result_.error->message;
   }
   JobResult r = std::move(result_);

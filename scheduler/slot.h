@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/fd.h"
 #include "queue/protocol.h"
@@ -53,12 +54,17 @@ class Slot {
  public:
   enum class State { kNoKeeper, kPreparing, kReady, kReserved, kRunning };
 
-  Slot(struct event_base* base, uint32_t index, SlotHooks hooks);
+  // `template_index` and `runtime` ("", "sh", "bash", "python", "node") are the template's whose
+  // sandboxes this slot's keeper prepares; `template_env` is added to every job's environment.
+  Slot(struct event_base* base, uint32_t index, uint32_t template_index, std::string runtime,
+       std::vector<std::string> template_env, SlotHooks hooks);
   ~Slot();
   Slot(const Slot&) = delete;
   Slot& operator=(const Slot&) = delete;
 
   uint32_t index() const { return index_; }
+  uint32_t template_index() const { return template_index_; }
+  bool active = true;  // false once retired (or not yet reused); a retired slot is not respawned
   State state() const { return state_; }
   bool failing() const { return failing_; }
   const SlotJob* job() const { return job_ ? &*job_ : nullptr; }
@@ -97,6 +103,9 @@ class Slot {
 
   struct event_base* base_;
   uint32_t index_;
+  uint32_t template_index_;
+  std::string runtime_;
+  std::vector<std::string> template_env_;
   SlotHooks hooks_;
   State state_ = State::kNoKeeper;
   bool failing_ = false;

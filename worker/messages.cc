@@ -41,8 +41,8 @@ struct FailedWire {
   MSGPACK_DEFINE_MAP(message)
 };
 struct SpawnKeeperWire {
-  uint32_t slot;
-  MSGPACK_DEFINE_MAP(slot)
+  uint32_t slot, template_index;
+  MSGPACK_DEFINE_MAP(slot, template_index)
 };
 struct KeeperWire {
   uint32_t slot;
@@ -140,11 +140,12 @@ Status Decode(std::string_view in, FailedMsg* m) {
   return Status::Ok();
 }
 
-std::string Encode(const SpawnKeeperMsg& m) { return Pack(SpawnKeeperWire{m.slot}); }
+std::string Encode(const SpawnKeeperMsg& m) { return Pack(SpawnKeeperWire{m.slot, m.template_index}); }
 Status Decode(std::string_view in, SpawnKeeperMsg* m) {
   SpawnKeeperWire w{};
   SP_RETURN_IF_ERROR(Unpack(in, &w));
   m->slot = w.slot;
+  m->template_index = w.template_index;
   return Status::Ok();
 }
 

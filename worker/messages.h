@@ -76,6 +76,7 @@ struct FailedMsg {
 
 struct SpawnKeeperMsg {
   uint32_t slot = 0;
+  uint32_t template_index = 0;  // into the template list the spawner was started with
 };
 
 struct KeeperMsg {

@@ -36,8 +36,8 @@ void WipeProcessArguments(char** argv) {
   if (static_cast<size_t>(end - start) >= sizeof kTitle) std::memcpy(start, kTitle, sizeof kTitle);
 }
 
-[[noreturn]] void SpawnerMain(const SandboxConfig& config, const CgroupLayout& layout, pid_t daemon,
-                              UniqueFd fd, char** argv) {
+[[noreturn]] void SpawnerMain(const std::vector<SandboxConfig>& templates, const CgroupLayout& layout,
+                              pid_t daemon, UniqueFd fd, char** argv) {
   WipeProcessArguments(argv);
   SetLogComponent("spawner");
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -56,7 +56,7 @@ void WipeProcessArguments(char** argv) {
     if (!f.ok()) ::_exit(0);
     if (f->type != static_cast<uint16_t>(MsgType::kSpawnKeeper)) continue;
     SpawnKeeperMsg req;
-    if (!Decode(f->payload, &req).ok()) continue;
+    if (!Decode(f->payload, &req).ok() || req.template_index >= templates.size()) continue;
     auto pair = MakeSocketPair(SOCK_STREAM);
     if (!pair.ok()) {
       LogError("socketpair for keeper", {{"error", pair.status().message()}});
@@ -68,7 +68,7 @@ void WipeProcessArguments(char** argv) {
       continue;
     }
     if (pid == 0) {
-      KeeperArgs args{req.slot, ::getppid(), config, layout};
+      KeeperArgs args{req.slot, ::getppid(), templates[req.template_index], layout};
       ch.Close();  // the daemon's spawner channel is not the keeper's business; frees fd 3
       pair->b.reset();
       ::dup3(pair->a.get(), 3, O_CLOEXEC);
@@ -84,7 +84,8 @@ void WipeProcessArguments(char** argv) {
 
 }  // namespace
 
-Result<SpawnerHandle> StartSpawner(const SandboxConfig& config, const CgroupLayout& layout, char** argv) {
+Result<SpawnerHandle> StartSpawner(const std::vector<SandboxConfig>& templates, const CgroupLayout& layout,
+                                   char** argv) {
   auto pair = MakeSocketPair(SOCK_STREAM);
   if (!pair.ok()) return pair.status();
   pid_t daemon = ::getpid();
@@ -92,7 +93,7 @@ Result<SpawnerHandle> StartSpawner(const SandboxConfig& config, const CgroupLayo
   if (pid < 0) return ErrnoStatus("fork spawner");
   if (pid == 0) {
     pair->a.reset();
-    SpawnerMain(config, layout, daemon, std::move(pair->b), argv);
+    SpawnerMain(templates, layout, daemon, std::move(pair->b), argv);
   }
   return SpawnerHandle{pid, std::move(pair->a)};
 }

@@ -11,6 +11,8 @@
 
 #include <sys/types.h>
 
+#include <vector>
+
 #include "common/fd.h"
 #include "common/status.h"
 #include "worker/cgroup.h"
@@ -29,7 +31,9 @@ struct SpawnerHandle {
 // by the job (as /proc/1/cmdline). The spawner overwrites that memory (and the environment
 // strings after it) before forking anything, so the daemon's command line and environment,
 // which may carry a Redis password, never reach a sandbox. May be null (tests).
-Result<SpawnerHandle> StartSpawner(const SandboxConfig& config, const CgroupLayout& layout,
+// `templates` are the sandbox configurations keepers can be started with (SpawnKeeperMsg names
+// one by index).
+Result<SpawnerHandle> StartSpawner(const std::vector<SandboxConfig>& templates, const CgroupLayout& layout,
                                    char** argv = nullptr);
 
 }  // namespace sandpool

@@ -153,6 +153,7 @@ std::string ZygotePayload(Runtime r, const RunMsg& run) {
   if (r == Runtime::kSh || r == Runtime::kBash) {
     std::string script;
     script += "cd -- " + ShellQuote(run.cwd) + " 2>/dev/null || { printf 'E2 cwd\\n' >&3; exit 126; }\n";
+    script += "unset OLDPWD\n";  // cd set it; sh -c would not have it
     for (const std::string& e : run.env) script += "export " + ShellQuote(e) + "\n";
     if (run.kind == "argv") {
       std::string words;

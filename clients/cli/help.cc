@@ -23,6 +23,9 @@ Job options:
   --id ID               job id (default: 128 random bits in hex); same id = same job
   --retries N           re-run up to N times (0..5) if the daemon running it dies
   --shell 'LINE'        run LINE with /bin/sh -c instead of a command after --
+  --python 'CODE'       run CODE as python3 -c would, in a warm interpreter (also --node, --bash)
+  --template NAME       run in the daemon's template NAME (default: by runtime, else 'default')
+  --memory MIB          memory limit of the sandbox (clamped to the daemon's maximum)
 )";
 
 constexpr std::string_view kTop = R"(usage: sandpool [global options] COMMAND [options]

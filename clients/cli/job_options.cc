@@ -260,6 +260,24 @@ Result<JobOptions> ParseJobOptions(const std::vector<std::string>& args, GlobalO
       auto v = value("--shell");
       if (!v.ok()) return v.status();
       o.spec.shell = v.value();
+    } else if (Is(a, "--python") || Is(a, "--node") || Is(a, "--bash")) {
+      std::string flag = a.substr(0, a.find('='));
+      if (o.spec.code) return Status::Error("give one of --python, --node, --bash");
+      auto v = value(flag.c_str());
+      if (!v.ok()) return v.status();
+      o.spec.code = v.value();
+      o.spec.runtime = flag.substr(2);
+    } else if (Is(a, "--template")) {
+      auto v = value("--template");
+      if (!v.ok()) return v.status();
+      if (!ValidTemplateName(v.value())) return Status::Error("--template: 1..64 characters of [A-Za-z0-9._-]");
+      o.spec.template_name = v.value();
+    } else if (Is(a, "--memory")) {
+      auto v = value("--memory");
+      if (!v.ok()) return v.status();
+      auto n = ParseUint(v.value(), "--memory");
+      if (!n.ok()) return n.status();
+      o.spec.memory_bytes = n.value() << 20;
     } else if (a.starts_with("-") && a != "-") {
       return Status::Error("unknown option '" + a + "'");
     } else {
@@ -267,11 +285,11 @@ Result<JobOptions> ParseJobOptions(const std::vector<std::string>& args, GlobalO
     }
   }
   for (; i < args.size(); ++i) o.spec.argv.push_back(args[i]);
-  if (o.spec.shell && !o.spec.argv.empty()) {
-    return Status::Error("give either --shell 'LINE' or a command after --, not both");
+  if ((o.spec.shell ? 1 : 0) + (o.spec.code ? 1 : 0) + (o.spec.argv.empty() ? 0 : 1) > 1) {
+    return Status::Error("give only one of --shell 'LINE', --python/--node/--bash 'CODE', or a command after --");
   }
-  if (!o.spec.shell && o.spec.argv.empty()) {
-    return Status::Error("no command: use -- CMD ARGS... or --shell 'LINE'");
+  if (!o.spec.shell && !o.spec.code && o.spec.argv.empty()) {
+    return Status::Error("no command: use -- CMD ARGS..., --shell 'LINE' or --python/--node/--bash 'CODE'");
   }
   if (stdin_file) {
     auto d = ReadFile(*stdin_file);

@@ -101,7 +101,8 @@ def test_another_daemon_recovers_a_dead_hosts_jobs(redis_server, daemons):
 
 def test_a_busy_daemon_takes_no_more_than_it_can_run(redis_server, daemons):
     r = redis_server.client()
-    d = daemons(workers=2)
+    # One pool of exactly two slots: no other templates, no growth on demand.
+    d = daemons(workers=2, extra=["--max-workers", "2", "--python-workers", "0", "--node-workers", "0"])
     ids = [submit(r, job_map(new_id("bp"), shell="sleep 0.3")) for _ in range(8)]
     peak = 0
     deadline = time.monotonic() + 30

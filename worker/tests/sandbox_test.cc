@@ -43,7 +43,7 @@ class SandboxTest : public ::testing::Test {
     layout_ = *layout;
     config_.host_id_base = 300000;
     config_.runtime = Runtime();
-    auto sp = StartSpawner(config_, layout_);
+    auto sp = StartSpawner({config_}, layout_);
     ASSERT_TRUE(sp.ok()) << sp.status().message();
     spawner_pid_ = sp->pid;
     spawner_ = Channel(std::move(sp->channel));
