@@ -41,6 +41,12 @@ void FillOutcome(const ExitedMsg& ex, KillReason reason, JobResult* r) {
     case KillReason::kNone:
       break;
   }
+  // The OOM killer acting is the cause even when the CPU-time limit fired first: reclaim at the
+  // memory limit burns CPU that is charged to the job.
+  if (ex.oom_kills > 0) {
+    r->outcome = Outcome::kMemoryLimit;
+    return;
+  }
   if (ex.cpu_limit) {
     r->outcome = Outcome::kCpuLimit;
     return;

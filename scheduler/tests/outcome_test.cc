@@ -72,6 +72,8 @@ TEST(Outcome, KernelLimitsAreNamed) {
   ExitedMsg cpu = Signaled(SIGKILL);
   cpu.cpu_limit = true;
   EXPECT_EQ(Fill(cpu).outcome, Outcome::kCpuLimit);
+  cpu.oom_kills = 3;  // thrashing at the memory limit burned the CPU time
+  EXPECT_EQ(Fill(cpu).outcome, Outcome::kMemoryLimit);
   EXPECT_EQ(Fill(Signaled(SIGTERM)).outcome, Outcome::kSignal);
   EXPECT_EQ(Fill(Signaled(SIGTERM)).signal, SIGTERM);
 }
