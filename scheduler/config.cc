@@ -126,6 +126,8 @@ const std::vector<Option>& Options() {
       {"node-max-workers", "most slots of template 'node'", Uint(&DaemonConfig::node_max_workers)},
       {"max-sandboxes", "host-wide limit on pool slots across templates", Uint(&DaemonConfig::max_sandboxes)},
       {"memory-budget", "host-wide limit on the sum of the slots' memory limits (default 3/4 of RAM)", Size(+[](DaemonConfig* c) { return &c->memory_budget_bytes; })},
+      {"state-dir", "where template layers are kept", Str(&DaemonConfig::state_dir)},
+      {"setup-timeout-ms", "how long a template's setup may take at start-up", Num(+[](DaemonConfig* c) { return &c->setup_timeout_ms; })},
       {"open-files", "RLIMIT_NOFILE per job", Num(+[](DaemonConfig* c) { return &c->sandbox.open_files; })},
       {"file-size", "largest file a job may write (RLIMIT_FSIZE)", Size(+[](DaemonConfig* c) { return &c->sandbox.file_size_bytes; })},
   };
@@ -216,6 +218,14 @@ Status ApplyTemplateKey(TemplateConfig* t, const std::string& key, const std::st
     size_t eq = value.find('=');
     if (eq == std::string::npos || eq == 0) return Status::Error("env must be NAME=value");
     t->env.push_back(value);
+  } else if (key == "setup") {
+    t->setup.push_back(value);
+  } else if (key == "layer") {
+    if (value.size() < 2 || value[0] != '/' || value.find("..") != std::string::npos || value == "/work" ||
+        value == "/tmp" || value == "/proc" || value == "/dev" || value == "/etc" || value == "/usr") {
+      return Status::Error("layer must be an absolute path outside /usr /etc /dev /proc /work /tmp (e.g. /opt)");
+    }
+    t->sandbox.layer_mount = value;
   } else if (key == "dirs") {
     std::istringstream words(value);
     for (std::string d; words >> d;) {
@@ -282,7 +292,8 @@ Status BuildTemplates(DaemonConfig* c,
     return Status::Error("the templates' workers add up to " + std::to_string(min_total) + ", above --max-sandboxes " +
                          std::to_string(c->max_sandboxes));
   }
-  uint64_t top = uint64_t{c->sandbox.host_id_base} + 2ull * c->max_sandboxes;
+  // Pool slots, then one build slot per template.
+  uint64_t top = uint64_t{c->sandbox.host_id_base} + 2ull * (c->max_sandboxes + c->templates.size());
   if (top > 4294967294ull) return Status::Error("--uid-base leaves no room for the slots' uids");
   return Status::Ok();
 }
@@ -347,8 +358,9 @@ Status ParseConfig(int argc, char** argv, DaemonConfig* config, bool* exit_now) 
     int lineno = 0;
     while (std::getline(f, line)) {
       ++lineno;
-      line = Trim(line.substr(0, line.find('#')));
-      if (line.empty()) continue;
+      // Comments are whole lines: '#' inside a value (a setup line's "#!/bin/sh") is data.
+      line = Trim(line);
+      if (line.empty() || line[0] == '#' || line[0] == ';') continue;
       std::string where = config_file + ":" + std::to_string(lineno) + ": ";
       if (line.front() == '[') {
         std::string head = Trim(line.substr(1, line.find(']') - 1));

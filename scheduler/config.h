@@ -1,7 +1,8 @@
 // sandpoold's configuration. Every option has one name, used three ways, in this precedence:
 //   1. a flag:                 --max-timeout-ms 60000   (or --max-timeout-ms=60000)
 //   2. the environment:        SANDPOOL_MAX_TIMEOUT_MS=60000
-//   3. the config file:        max-timeout-ms = 60000   (--config FILE or SANDPOOL_CONFIG)
+//   3. the config file:        max-timeout-ms = 60000   (--config FILE or SANDPOOL_CONFIG;
+//                              lines starting with # are comments; [template NAME] sections)
 // then the built-in default. Sizes take K, M, G suffixes (powers of 1024). `--help` lists all.
 #pragma once
 
@@ -24,6 +25,7 @@ struct TemplateConfig {
   uint32_t max_workers = 8;  // demand may grow the pool up to here, within the host budget
   SandboxConfig sandbox;     // runtime, limits, root directories, base environment
   std::vector<std::string> env;  // "NAME=value" every job of the template gets (jobs override)
+  std::vector<std::string> setup;  // shell lines baked into the template's layer at start-up
 };
 
 struct DaemonConfig {
@@ -49,6 +51,8 @@ struct DaemonConfig {
   uint32_t node_workers = 1, node_max_workers = 4;
   uint32_t max_sandboxes = 64;       // host-wide: pool slots across all templates
   uint64_t memory_budget_bytes = 0;  // host-wide: sum of the slots' memory limits (0: 3/4 of RAM)
+  std::string state_dir = "/var/lib/sandpool";  // template layers
+  uint64_t setup_timeout_ms = 600000;
   std::vector<TemplateConfig> templates;  // [0] is "default"
 };
 

@@ -5,6 +5,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cstdio>
 
 #include "common/log.h"
@@ -12,6 +14,7 @@
 #include "scheduler/daemon.h"
 #include "worker/cgroup.h"
 #include "worker/spawner.h"
+#include "worker/template_build.h"
 
 using namespace sandpool;
 
@@ -47,12 +50,58 @@ int main(int argc, char** argv) {
     return 1;
   }
   // The spawner is forked now, while this process has exactly one thread.
+  // Template layers: each template with setup commands gets a layer directory named by a hash
+  // of its definition; layers not built yet are built now, through the spawner, before anything
+  // is served. Build sandboxes use slots past the pools' range (their own host uids).
   std::vector<SandboxConfig> templates;
-  for (const TemplateConfig& t : config.templates) templates.push_back(t.sandbox);
+  struct Build {
+    size_t tmpl;
+    uint32_t config_index;
+    std::string dir;
+  };
+  std::vector<Build> builds;
+  for (TemplateConfig& t : config.templates) {
+    if (!t.setup.empty()) {
+      std::vector<std::string> parts = {"layer-v1", t.name, t.sandbox.layer_mount, t.sandbox.runtime};
+      parts.insert(parts.end(), t.env.begin(), t.env.end());
+      parts.insert(parts.end(), t.setup.begin(), t.setup.end());
+      std::string dir = config.state_dir + "/templates/" + t.name + "-" + LayerHash(parts);
+      t.sandbox.layer_host_dir = dir + "/layer";
+      if (::access((dir + "/complete").c_str(), F_OK) != 0) builds.push_back({static_cast<size_t>(&t - &config.templates[0]), 0, dir});
+    }
+    templates.push_back(t.sandbox);
+  }
+  for (Build& b : builds) {
+    SandboxConfig build = config.templates[b.tmpl].sandbox;
+    build.runtime.clear();
+    build.layer_writable = true;
+    b.config_index = static_cast<uint32_t>(templates.size());
+    templates.push_back(build);
+  }
   auto spawner = StartSpawner(templates, *layout, argv);
   if (!spawner.ok()) {
     LogError("cannot start the spawner", {{"error", spawner.status().message()}});
     return 1;
+  }
+  for (size_t k = 0; k < builds.size(); ++k) {
+    const Build& b = builds[k];
+    const TemplateConfig& t = config.templates[b.tmpl];
+    uint32_t slot = config.max_sandboxes + static_cast<uint32_t>(k);
+    uint32_t job_uid = config.sandbox.host_id_base + 2 * slot + 1;
+    LogInfo("building template layer", {{"template", t.name}, {"dir", b.dir}});
+    std::string script = "set -e\n";
+    for (const std::string& line : t.setup) script += line + "\n";
+    Channel ch(UniqueFd(::fcntl(spawner->channel.get(), F_DUPFD_CLOEXEC, 3)));
+    Status st = PrepareLayerDir(t.sandbox.layer_host_dir, job_uid);
+    if (st.ok()) st = RunLayerBuild(ch, b.config_index, slot, script, config.setup_timeout_ms);
+    if (!st.ok()) {
+      LogError("template setup failed: not starting", {{"template", t.name}, {"error", st.message()}});
+      std::fprintf(stderr, "sandpoold: template '%s': %s\n", t.name.c_str(), st.message().c_str());
+      ::kill(spawner->pid, SIGKILL);
+      return 1;
+    }
+    UniqueFd done(::open((b.dir + "/complete").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    LogInfo("template layer built", {{"template", t.name}});
   }
 
   struct event_base* base = event_base_new();

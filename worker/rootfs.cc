@@ -135,6 +135,12 @@ Status BuildEtc(const SandboxConfig& config) {
 Status BuildKeeperRoot(const SandboxConfig& config) {
   // Nothing we mount may propagate back to the host.
   SP_RETURN_IF_ERROR(Mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr));
+  // The layer is opened before the stage covers /tmp (a state directory may live below it).
+  UniqueFd layer;
+  if (!config.layer_host_dir.empty()) {
+    layer.reset(::open(config.layer_host_dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!layer) return ErrnoStatus("open layer " + config.layer_host_dir);
+  }
   SP_RETURN_IF_ERROR(Mount("sandpool-root", kStage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755"));
   for (const std::string& d : config.ro_dirs) SP_RETURN_IF_ERROR(BindReadOnly(d, true));
   SP_RETURN_IF_ERROR(BuildEtc(config));
@@ -146,6 +152,15 @@ Status BuildKeeperRoot(const SandboxConfig& config) {
   ::chmod((stage + "/tmp").c_str(), 01777);
   ::chmod((stage + "/var/tmp").c_str(), 01777);
   SP_RETURN_IF_ERROR(Mount("/proc", stage + "/proc", nullptr, MS_BIND, nullptr));
+  if (!config.layer_host_dir.empty()) {
+    // The template's layer, part of the base root every sandbox copies: no per-sandbox cost.
+    std::string dst = stage + config.layer_mount;
+    SP_RETURN_IF_ERROR(MkdirP(dst, 0755));
+    std::string src = "/proc/self/fd/" + std::to_string(layer.get());
+    SP_RETURN_IF_ERROR(Mount(src.c_str(), dst, nullptr, MS_BIND, nullptr));
+    unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (config.layer_writable ? 0 : MS_RDONLY);
+    SP_RETURN_IF_ERROR(Mount(nullptr, dst, nullptr, flags, nullptr));
+  }
   if (::syscall(SYS_pivot_root, kStage, (stage + "/.old").c_str()) != 0) return ErrnoStatus("pivot_root");
   if (::chdir("/") != 0) return ErrnoStatus("chdir /");
   if (::umount2("/.old", MNT_DETACH) != 0) return ErrnoStatus("umount /.old");

@@ -31,6 +31,11 @@ struct SandboxConfig {
   // Host directories bound read-only at the same path (merged-/usr symlinks such as /bin are
   // recreated as symlinks). /etc is synthesized; see rootfs.cc for what it contains.
   std::vector<std::string> ro_dirs = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
+  // A template's baked layer: the host directory its setup commands filled, mounted at
+  // layer_mount (read-only; writable only while the layer is being built).
+  std::string layer_host_dir;
+  std::string layer_mount = "/opt";
+  bool layer_writable = false;
 };
 
 }  // namespace sandpool

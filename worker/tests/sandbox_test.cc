@@ -344,6 +344,16 @@ TEST_F(PythonZygoteTest, CodeRunsLikePythonDashC) {
   EXPECT_EQ(exc.err.find("_sandpool_zygote"), std::string::npos) << exc.err;
   JobRun code = RunCode("import sys; sys.exit(7)");
   EXPECT_EQ(WEXITSTATUS(code.exited.wait_status), 7);
+  JobRun msg = RunCode("raise SystemExit('bye')");
+  EXPECT_EQ(WEXITSTATUS(msg.exited.wait_status), 1);
+  EXPECT_EQ(msg.err, "bye\n");
+  // What a normal interpreter exit does still happens: atexit handlers, threads, flushing.
+  JobRun tidy = RunCode(
+      "import atexit, threading, time, sys\n"
+      "atexit.register(lambda: print('atexit ran'))\n"
+      "threading.Thread(target=lambda: (time.sleep(0.05), print('thread done'))).start()\n"
+      "sys.stdout.write('no newline')");
+  EXPECT_EQ(tidy.out, "no newlinethread done\natexit ran\n");
   JobRun stdin_job = RunCode("import sys, os; print(sys.stdin.read().upper(), os.getcwd(), os.environ['HOME'])", "abc");
   EXPECT_EQ(stdin_job.out, "ABC /work /work\n");
   JobRun fds = RunCode("import os; print([f for f in os.listdir('/proc/self/fd') if f not in '0 1 2'.split()])");
