@@ -84,6 +84,52 @@ std::string_view BytesOf(const msgpack::object& o) {
 
 bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
 
+// Strict UTF-8 (no overlongs, no surrogates, at most U+10FFFF). Text fields must be valid: the
+// interpreters of code templates receive them as text, and the same job must behave the same
+// in every template.
+bool ValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t extra;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      extra = 1;
+      cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      extra = 2;
+      cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= extra) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    if ((extra == 2 && cp < 0x800) || (extra == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+// Why a text field is unacceptable, or nullptr.
+const char* BadText(std::string_view s) {
+  if (HasNul(s)) return "contains NUL";
+  if (!ValidUtf8(s)) return "is not valid UTF-8";
+  return nullptr;
+}
+
 // Field names and values go into error messages; keep them short and printable.
 std::string Quote(std::string_view s) {
   std::string out = "'";
@@ -161,8 +207,8 @@ std::optional<JobError> ApplyJobField(JobField f, std::string_view name, const m
           return Err(ErrorCode::kBadField, "argv[" + std::to_string(i) + "]: not a string");
         }
         std::string_view s = StrOf(a.ptr[i]);
-        if (HasNul(s)) {
-          return Err(ErrorCode::kBadField, "argv[" + std::to_string(i) + "]: contains NUL");
+        if (const char* why = BadText(s)) {
+          return Err(ErrorCode::kBadField, "argv[" + std::to_string(i) + "]: " + why);
         }
         total += s.size();
       }
@@ -181,7 +227,7 @@ std::optional<JobError> ApplyJobField(JobField f, std::string_view name, const m
         return Err(ErrorCode::kTooLarge,
                    "shell: more than " + std::to_string(lim.max_argv_bytes) + " bytes");
       }
-      if (HasNul(s)) return Err(ErrorCode::kBadField, "shell: contains NUL");
+      if (const char* why = BadText(s)) return Err(ErrorCode::kBadField, std::string("shell: ") + why);
       spec.shell = std::string(s);
       return std::nullopt;
     }
@@ -191,7 +237,7 @@ std::optional<JobError> ApplyJobField(JobField f, std::string_view name, const m
       if (s.size() > lim.max_argv_bytes) {
         return Err(ErrorCode::kTooLarge, "code: more than " + std::to_string(lim.max_argv_bytes) + " bytes");
       }
-      if (HasNul(s)) return Err(ErrorCode::kBadField, "code: contains NUL");
+      if (const char* why = BadText(s)) return Err(ErrorCode::kBadField, std::string("code: ") + why);
       spec.code = std::string(s);
       return std::nullopt;
     }
@@ -226,7 +272,7 @@ std::optional<JobError> ApplyJobField(JobField f, std::string_view name, const m
         }
         if (!IsStr(kv.val)) return Err(ErrorCode::kBadField, "env." + std::string(k) + ": not a string");
         std::string_view val = StrOf(kv.val);
-        if (HasNul(val)) return Err(ErrorCode::kBadField, "env." + std::string(k) + ": contains NUL");
+        if (const char* why = BadText(val)) return Err(ErrorCode::kBadField, "env." + std::string(k) + ": " + why);
         if (!seen.insert(k).second) {
           return Err(ErrorCode::kBadField, "env: duplicate name " + std::string(k));
         }
@@ -246,7 +292,7 @@ std::optional<JobError> ApplyJobField(JobField f, std::string_view name, const m
       if (!IsStr(v)) return Err(ErrorCode::kBadField, "cwd: not a string");
       std::string_view s = StrOf(v);
       if (s.empty() || s[0] != '/') return Err(ErrorCode::kBadField, "cwd: not an absolute path");
-      if (HasNul(s)) return Err(ErrorCode::kBadField, "cwd: contains NUL");
+      if (const char* why = BadText(s)) return Err(ErrorCode::kBadField, std::string("cwd: ") + why);
       if (s.size() > kMaxCwdBytes) {
         return Err(ErrorCode::kBadField, "cwd: longer than " + std::to_string(kMaxCwdBytes));
       }

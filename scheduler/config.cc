@@ -394,6 +394,10 @@ Status ParseConfig(int argc, char** argv, DaemonConfig* config, bool* exit_now) 
     } else if (const char* e = std::getenv(EnvName(o.name).c_str())) {
       value = e;
       set = true;
+    } else if (const char* url = std::getenv("SANDPOOL_REDIS_URL"); url != nullptr && std::string_view(o.name) == "redis") {
+      // The name every client uses too (the option's own would be SANDPOOL_REDIS).
+      value = url;
+      set = true;
     } else if (auto ft = from_file.find(o.name); ft != from_file.end()) {
       value = ft->second;
       set = true;

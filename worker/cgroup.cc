@@ -279,7 +279,6 @@ Result<std::string> SlotCgroup::ReadFile(const std::string& controller, const ch
 }
 
 Status SlotCgroup::Attach(pid_t pid) {
-  if (mode_ != CgroupMode::kV1) return Status::Ok();
   std::string p = std::to_string(pid);
   for (const auto& [ctrl, dir] : dirs_) SP_RETURN_IF_ERROR(WriteFile(ctrl, "cgroup.procs", p));
   return Status::Ok();
@@ -300,6 +299,10 @@ Status SlotCgroup::SetLimits(uint64_t memory_bytes, uint64_t pids) {
         SP_RETURN_IF_ERROR(WriteFile("memory", "memory.limit_in_bytes", mem));
         if (has_memsw) SP_RETURN_IF_ERROR(WriteFile("memory", "memory.memsw.limit_in_bytes", memsw));
       }
+      // v1 charges socket buffers to a memory cgroup only once its TCP limit was written (and
+      // then separately): without this, a job's unread TCP/UDP buffers are free memory.
+      // Best effort: the file is absent when kmem accounting is compiled out.
+      (void)WriteFile("memory", "memory.kmem.tcp.limit_in_bytes", mem);
     } else {
       SP_RETURN_IF_ERROR(WriteFile("", "memory.max", mem));
     }

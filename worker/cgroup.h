@@ -3,10 +3,12 @@
 // is where the keeper reads a job's CPU time, peak memory, OOM kills and refused forks. The
 // sandbox never sees or writes these files (no cgroupfs inside, cgroup namespace).
 //
-// Placement, never on the hot path (a sandbox is placed while it is prepared):
-//  - v2: clone3(CLONE_INTO_CGROUP) with the slot directory's fd puts the sandbox straight in;
-//  - v1: the keeper writes the new sandbox's init into each controller's cgroup.procs before
-//    init runs anything (measured 0.04 ms for memory, 0.004 ms for pids on this machine kind).
+// Placement, never on the hot path (a sandbox is placed while it is prepared): the keeper
+// writes the new sandbox's init into the slot's cgroup.procs (each controller's on v1) before
+// init runs anything (measured 0.04 ms for memory, 0.004 ms for pids on this machine kind).
+// clone3(CLONE_INTO_CGROUP) would save that write on v2, but the sandbox's user namespace is
+// created with an unprivileged euid (see sandbox.cc), and CLONE_INTO_CGROUP's permission check
+// would then need cgroup files writable by every slot's uid.
 // The keeper itself never joins a slot cgroup: it would be charged for, counted against and
 // possibly OOM-killed for the job's use (a job holding memory in memfds or tmpfs is in no
 // process's RSS, so the OOM killer would pick the keeper).
@@ -72,11 +74,8 @@ class SlotCgroup {
   static Result<SlotCgroup> Create(const CgroupLayout& layout, uint32_t slot,
                                    const CgroupLimits& limits);
 
-  // v1: moves `pid` (a sandbox init that has not started yet) into the slot cgroup. v2: no-op
-  // (the sandbox was cloned into it).
+  // Moves `pid` (a sandbox init that has not started yet) into the slot cgroup.
   Status Attach(pid_t pid);
-  // v2: the directory fd for clone3(CLONE_INTO_CGROUP); -1 on v1.
-  int clone_fd() const { return v2_dir_.get(); }
   CgroupMode mode() const { return mode_; }
 
   // Changes the memory and pids limits (0 leaves a value as it is). Cheap: one write each.

@@ -36,7 +36,6 @@ struct CloneArgs {
   uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
       set_tid_size, cgroup;
 };
-constexpr uint64_t kCloneIntoCgroup = 0x200000000ULL;
 
 constexpr uid_t kJobId = 1000;
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
@@ -203,6 +202,7 @@ std::string EnvValue(const std::vector<std::string>& env, std::string_view name)
   if (::read(sync_fd, &go, 1) != 1) ::_exit(1);  // the keeper died before writing our maps
   // Become sandbox root (host_id_base+2n): until now our host uid was still 0.
   if (::setresgid(0, 0, 0) != 0 || ::setresuid(0, 0, 0) != 0) InitFail(status_fd, "setresuid: " + std::string(std::strerror(errno)));
+  if (::unshare(CLONE_NEWCGROUP) != 0) InitFail(status_fd, "unshare(CLONE_NEWCGROUP): " + std::string(std::strerror(errno)));
   // The parent-death signal is reset by credential changes, so it is set after them; if the
   // keeper is already gone, the sync pipe has hung up.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -293,16 +293,25 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotC
 
   int pidfd = -1;
   CloneArgs args{};
-  args.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS |
-               CLONE_NEWCGROUP | CLONE_PIDFD;
+  // The cgroup namespace is created by init itself once it sits in its slot cgroup, so that
+  // cgroup is its root.
+  args.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
-  if (cgroup.clone_fd() >= 0) {
-    args.flags |= kCloneIntoCgroup;
-    args.cgroup = static_cast<uint64_t>(cgroup.clone_fd());
-  }
+  // A user namespace belongs to the effective uid that creates it, and the kernel charges the
+  // per-user budgets of everything inside (inotify instances and watches, POSIX message queues,
+  // ...) to that owner on the host too. Created as root, every sandbox would spend root's
+  // budgets: one job could exhaust inotify for the whole host. So the keeper creates it as the
+  // slot's unprivileged sandbox-root uid. (Effective capabilities are dropped meanwhile and come
+  // back with euid 0; that is also why CLONE_INTO_CGROUP is not used: its permission check
+  // would then need a cgroup.procs writable by every slot's uid. init is placed in its cgroup
+  // below instead, before it runs anything.)
+  uint32_t owner = config.host_id_base + 2 * slot;
+  if (::setresuid(static_cast<uid_t>(-1), owner, static_cast<uid_t>(-1)) != 0) return ErrnoStatus("seteuid for clone");
   long pid = ::syscall(SYS_clone3, &args, sizeof args);
-  if (pid < 0) return ErrnoStatus("clone3");
+  int clone_errno = errno;
+  if (pid != 0 && ::setresuid(static_cast<uid_t>(-1), 0, static_cast<uid_t>(-1)) != 0) ::_exit(1);  // cannot go on unprivileged
+  if (pid < 0) return ErrnoStatus("clone3", clone_errno);
   if (pid == 0) {
     ArrangeFds({sync->read.get(), status->write.get(), stub->b.get(), in->read.get(),
                 out->write.get(), err->write.get()});

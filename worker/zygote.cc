@@ -177,10 +177,23 @@ std::string ZygotePayload(Runtime r, const RunMsg& run) {
     script += "unset OLDPWD\n";  // cd set it; sh -c would not have it
     for (const std::string& e : run.env) script += "export " + ShellQuote(e) + "\n";
     if (run.kind == "argv") {
+      // Like execve with a PATH search: only an executable file counts (not a builtin, a
+      // function or a directory), and the shell's PWD is not passed on.
+      const std::string& prog = run.argv[0];
       std::string words;
       for (const std::string& a : run.argv) words += " " + ShellQuote(a);
-      script += "if command -v " + ShellQuote(run.argv[0]) + " >/dev/null 2>&1; then exec 3>&-; exec" + words +
-                "; else printf 'E2 exec\\n' >&3; exit 127; fi\n";
+      bool own_pwd = false;
+      for (const std::string& e : run.env) own_pwd |= e.rfind("PWD=", 0) == 0;
+      if (prog.find('/') != std::string::npos) {
+        script += "__sp_p=" + ShellQuote(prog) + "\n";
+      } else {
+        script += "__sp_p=; __sp_ifs=$IFS; IFS=:; for __sp_d in ${PATH:-/usr/bin:/bin}; do "
+                  "if [ -f \"${__sp_d:-.}/\"" + ShellQuote(prog) + " ] && [ -x \"${__sp_d:-.}/\"" + ShellQuote(prog) +
+                  " ]; then __sp_p=x; break; fi; done; IFS=$__sp_ifs\n";
+      }
+      script += "if [ -n \"$__sp_p\" ] && { [ \"$__sp_p\" = x ] || { [ -f \"$__sp_p\" ] && [ -x \"$__sp_p\" ]; }; }; then ";
+      if (!own_pwd) script += "unset PWD; ";
+      script += "exec 3>&-; exec" + words + "; else printf 'E2 exec\\n' >&3; exit 127; fi\n";
     } else {
       // shell line, or code for this shell's own runtime
       script += "exec 3>&-\n";

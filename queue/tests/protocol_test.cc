@@ -419,7 +419,7 @@ TEST(DecodeJobLimits, HugeDeclaredSizesDoNotAllocate) {
 TEST(RoundTrip, Job) {
   JobSpec s;
   s.id = "job-42";
-  s.argv = {"/bin/sh", "-c", "echo $A", std::string("\xff\xfe", 2)};
+  s.argv = {"/bin/sh", "-c", "echo $A", std::string("h\xc3\xa9")};
   s.env = {{"A", "1"}, {"B_2", ""}};
   s.cwd = "/work/sub";
   s.stdin_data = std::string("in\0put", 6);
@@ -716,6 +716,24 @@ TEST(JobLimits, ZeroAndWrongTypesAreRejected) {
   auto e = DecodeJob(str_mem, lim);
   ASSERT_TRUE(std::holds_alternative<JobError>(e));
   EXPECT_EQ(std::get<JobError>(e).code, ErrorCode::kBadField);
+}
+
+TEST(JobText, NonUtf8TextIsRejected) {
+  ServerLimits lim;
+  JobSpec spec;
+  spec.id = "u1";
+  spec.argv = {"/usr/bin/printf", std::string("a\xff" "b")};
+  auto d = DecodeJob(EncodeJob(spec), lim);
+  ASSERT_TRUE(std::holds_alternative<JobError>(d));
+  EXPECT_EQ(std::get<JobError>(d).code, ErrorCode::kBadField);
+  EXPECT_NE(std::get<JobError>(d).message.find("UTF-8"), std::string::npos);
+  for (const std::string& bad : {std::string("\xc0\xaf"), std::string("\xed\xa0\x80"), std::string("\xf4\x90\x80\x80"),
+                                std::string("\xe2\x82")}) {
+    spec.argv = {"x", bad};
+    EXPECT_TRUE(std::holds_alternative<JobError>(DecodeJob(EncodeJob(spec), lim))) << bad.size();
+  }
+  spec.argv = {"x", "h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80"};  // é, €, emoji
+  EXPECT_TRUE(std::holds_alternative<JobSpec>(DecodeJob(EncodeJob(spec), lim)));
 }
 
 }  // namespace

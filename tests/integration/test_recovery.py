@@ -4,7 +4,7 @@ job in a terminal state (PROTOCOL.md section 4), and no sandbox outlives its dae
 import time
 from collections import Counter
 
-from sandpool_harness import job_map, new_id, result, submit, wait_for, wait_results
+from sandpool_harness import job_map, new_id, result, running, submit, wait_for, wait_results
 
 TERMINAL_AFTER_CRASH = {"exit", "worker_lost"}
 
@@ -20,7 +20,8 @@ def test_kill9_with_50_jobs_in_flight_then_restart(redis_server, daemons):
     ids = []
     for i in range(50):
         ids.append(submit(r, job_map(new_id("k9"), shell=f"sleep 0.4; echo {i}", retries=i % 2)))
-    wait_for(lambda: len(d.sandbox_processes()) > 16, 10, "jobs to be running")
+    wait_for(lambda: sum(r.hget(f"sandpool:job:{i}", "state") == b"running" for i in ids) >= 16, 20,
+             "jobs to be running")
     d.kill9()
     # The spawner, keepers and every sandbox die with the daemon.
     wait_for(lambda: not d.sandbox_processes(), 5, "the killed daemon's sandboxes to die")
@@ -61,7 +62,7 @@ def test_sigterm_lets_running_jobs_finish(redis_server, daemons):
     r = redis_server.client()
     d = daemons(workers=4)
     ids = [submit(r, job_map(new_id("drain"), shell="sleep 0.7; echo finished")) for _ in range(3)]
-    wait_for(lambda: len(d.sandbox_processes()) > 4, 10, "jobs to start")
+    wait_for(lambda: running(r, ids), 20, "jobs to start")
     assert d.terminate(timeout=30) == 0
     for job_id in ids:
         res = result(r, job_id)
@@ -73,7 +74,7 @@ def test_sigterm_past_grace_kills_with_a_retryable_error(redis_server, daemons):
     r = redis_server.client()
     d = daemons(workers=2, extra=["--grace-ms", "300"])
     job_id = submit(r, job_map(new_id("grace"), shell="echo partial; sleep 60"))
-    wait_for(lambda: result(r, job_id) is None and len(d.sandbox_processes()) > 2, 10, "the job to start")
+    wait_for(lambda: running(r, [job_id]), 20, "the job to start")
     time.sleep(0.3)
     assert d.terminate(timeout=30) == 0
     res = result(r, job_id)
@@ -88,8 +89,8 @@ def test_another_daemon_recovers_a_dead_hosts_jobs(redis_server, daemons):
     a = daemons(workers=2, extra=fast)
     lost = submit(r, job_map(new_id("dead"), shell="sleep 30"))
     retried = submit(r, job_map(new_id("dead"), shell="sleep 1; echo again", retries=1))
-    wait_for(lambda: len(a.sandbox_processes()) >= 4 and r.hget(f"sandpool:job:{retried}", "state") == b"running",
-             10, "both jobs to run on daemon a")
+    wait_for(lambda: running(r, [lost, retried]), 20, "both jobs to run on daemon a")
+    time.sleep(0.2)
     a.kill9()
     b = daemons(workers=2, extra=fast)
     results = wait_results(r, [lost, retried], timeout=30)

@@ -90,15 +90,20 @@ class Daemon:
 
     _next_uid_base = 400000 + (os.getpid() % 500) * 1000
 
+    MAX_SANDBOXES = 24  # every pool (default, python, node) and its growth fits below this
+
     def __init__(self, redis_url: str, workers: int = 4, consumer: Optional[str] = None,
                  extra: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None):
         self.consumer = consumer or "it-" + secrets.token_hex(4)
         self.workers = workers
         self.uid_base = Daemon._next_uid_base
-        Daemon._next_uid_base += 2 * workers + 16
+        # Pool slots, then one template-build slot per template: all of the daemon's host uids.
+        self.uid_span = 2 * (self.MAX_SANDBOXES + 8)
+        Daemon._next_uid_base += self.uid_span + 16
         self.log_path = tempfile.mktemp(prefix=f"sandpoold-{self.consumer}-", suffix=".log")
         self.args = [SANDPOOLD, "--redis", redis_url, "--metrics-addr", "off", "--workers", str(workers),
-                     "--consumer", self.consumer, "--uid-base", str(self.uid_base), "--log-level", "info"] + (extra or [])
+                     "--max-sandboxes", str(self.MAX_SANDBOXES), "--consumer", self.consumer,
+                     "--uid-base", str(self.uid_base), "--log-level", "info"] + (extra or [])
         self.env = dict(os.environ, **(env or {}))
         self.proc: Optional[subprocess.Popen] = None
 
@@ -133,7 +138,7 @@ class Daemon:
 
     def sandbox_processes(self) -> List[int]:
         """Host pids of every process running as one of this daemon's sandbox uids."""
-        lo, hi = self.uid_base, self.uid_base + 2 * self.workers
+        lo, hi = self.uid_base, self.uid_base + self.uid_span
         pids = []
         for entry in os.listdir("/proc"):
             if entry.isdigit():
@@ -143,6 +148,10 @@ class Daemon:
                 except FileNotFoundError:
                     pass
         return pids
+
+    def job_processes(self) -> List[int]:
+        """Host pids running as a job's uid (the odd uids): running jobs, and warm interpreters."""
+        return [p for p in self.sandbox_processes() if (os.stat(f"/proc/{p}").st_uid - self.uid_base) % 2 == 1]
 
     def log_tail(self, n: int = 3000) -> str:
         try:
@@ -188,6 +197,11 @@ def wait_results(r: redis.Redis, ids: Iterable[str], timeout: float) -> Dict[str
 
     wait_for(all_done, timeout, f"{len(ids)} results ({len(out)} so far)", interval=0.1)
     return out
+
+
+def running(r: redis.Redis, ids: Iterable[str]) -> bool:
+    """True when every job's record says it is running (claimed by a daemon)."""
+    return all(r.hget(f"sandpool:job:{i}", "state") == b"running" for i in ids)
 
 
 def new_id(prefix: str = "j") -> str:
