@@ -1,0 +1,145 @@
+"""The Redis lock-down documented in docs/SECURITY.md works: a daemon and a client that each hold
+only the ACL rules given there run jobs end to end (submit, events, result, cancel), and the
+client user cannot read or forge anything else. The password reaches the daemon through
+SANDPOOL_REDIS_URL, not its command line."""
+
+import socket
+import time
+
+import msgpack
+import pytest
+import redis
+
+from hostile_support import Daemon, RedisServer, new_id, wait_for
+
+DAEMON_PW = "daemon-" + new_id("pw")
+CLIENT_PW = "client-" + new_id("pw")
+
+# Exactly the lines of docs/SECURITY.md (passwords substituted).
+ACL_CLIENT = ("sandpool-client on >{pw} resetkeys resetchannels -@all +ping +hello +auth +multi +exec +discard "
+              "(+xadd ~sandpool:q:*) (+get ~sandpool:result:*) (+hset +expire ~sandpool:job:*) "
+              "(+subscribe +unsubscribe &sandpool:out:*) (+publish &sandpool:cancel)")
+ACL_DAEMON = ("sandpool-daemon on >{pw} resetkeys resetchannels -@all +ping +hello +auth +select +client|setname "
+              "+xreadgroup +xack +xdel +xautoclaim +xclaim +xgroup|create +xinfo|groups +xlen +xadd +eval "
+              "+get +set +hset +hget +hgetall +hmget +exists +expire +publish +subscribe +unsubscribe "
+              "~sandpool:* &sandpool:*")
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture(scope="module")
+def acl_setup():
+    port = free_port()
+    server = RedisServer(extra=["--port", str(port), "--bind", "127.0.0.1"])
+    admin = server.client()
+    admin.execute_command("ACL", "SETUSER", *ACL_CLIENT.format(pw=CLIENT_PW).split())
+    admin.execute_command("ACL", "SETUSER", *ACL_DAEMON.format(pw=DAEMON_PW).split())
+    url = f"redis://sandpool-daemon:{DAEMON_PW}@127.0.0.1:{port}"
+    d = Daemon("", workers=2, extra=["--python-workers", "0", "--node-workers", "0", "--max-workers", "2",
+                                     "--max-sandboxes", "2"],
+               env={"SANDPOOL_REDIS_URL": url, "SANDPOOL_REDIS": url})  # see test_daemon_reads_sandpool_redis_url
+    d.args.remove("--redis")
+    d.args.remove("")
+    d.start(wait_ready=admin)
+    client = redis.Redis(host="127.0.0.1", port=port, username="sandpool-client", password=CLIENT_PW, socket_timeout=30)
+    yield server, d, client, port, url
+    d.stop()
+    server.stop()
+
+
+def test_daemon_reads_sandpool_redis_url(acl_setup):
+    """`sandpoold --help` and the docs name SANDPOOL_REDIS_URL (as the CLI does)."""
+    server, d, client, port, url = acl_setup
+    d2 = Daemon("", workers=1, extra=["--python-workers", "0", "--node-workers", "0", "--max-workers", "1",
+                                      "--max-sandboxes", "1"], env={"SANDPOOL_REDIS_URL": url})
+    d2.args.remove("--redis")
+    d2.args.remove("")
+    d2.env.pop("SANDPOOL_REDIS", None)
+    try:
+        d2.start()
+        admin = server.client()
+        wait_for(lambda: admin.exists(f"sandpool:daemon:{d2.consumer}") or d2.proc.poll() is not None, 6,
+                 "the heartbeat of a daemon configured by SANDPOOL_REDIS_URL")
+        assert admin.exists(f"sandpool:daemon:{d2.consumer}"), d2.log_tail()
+    finally:
+        d2.stop()
+
+
+def test_password_is_not_on_the_daemon_command_line(acl_setup):
+    server, d, client, port, url = acl_setup
+    with open(f"/proc/{d.proc.pid}/cmdline", "rb") as f:
+        assert DAEMON_PW.encode() not in f.read()
+
+
+def test_client_user_runs_a_job_end_to_end(acl_setup):
+    server, d, client, port, url = acl_setup
+    job_id = new_id("acl")
+    sub = client.pubsub()
+    sub.subscribe(f"sandpool:out:{job_id}")
+    client.xadd("sandpool:q:default", {"id": job_id, "job": msgpack.packb({"v": 1, "id": job_id, "shell": "echo via-acl"})})
+    raw = wait_for(lambda: client.get(f"sandpool:result:{job_id}"), 30, "the result")
+    res = msgpack.unpackb(raw)
+    assert res["outcome"] == "exit" and res["stdout"] == b"via-acl\n", res
+    types = []
+    deadline = time.monotonic() + 10
+    while "exited" not in types and time.monotonic() < deadline:
+        m = sub.get_message(timeout=1)
+        if m and m["type"] == "message":
+            types.append(msgpack.unpackb(m["data"])["type"])
+    assert types[0] == "started" and types[-1] == "exited", types
+    sub.close()
+
+
+def test_client_user_can_cancel(acl_setup):
+    server, d, client, port, url = acl_setup
+    job_id = new_id("acl")
+    client.xadd("sandpool:q:default", {"id": job_id, "job": msgpack.packb({"v": 1, "id": job_id, "shell": "sleep 30"})})
+    time.sleep(1)
+    p = client.pipeline(transaction=True)
+    p.hset(f"sandpool:job:{job_id}", "cancel", 1)
+    p.expire(f"sandpool:job:{job_id}", 86400)
+    p.publish("sandpool:cancel", job_id)
+    p.execute()
+    raw = wait_for(lambda: client.get(f"sandpool:result:{job_id}"), 20, "the cancelled result")
+    assert msgpack.unpackb(raw)["outcome"] == "cancelled"
+
+
+@pytest.mark.parametrize("cmd", [
+    ("SET", "sandpool:result:forged", "x"),
+    ("XADD", "sandpool:job:x", "*", "a", "b"),
+    ("XADD", "sandpool:dead", "*", "a", "b"),
+    ("GET", "sandpool:job:x"),
+    ("HGETALL", "sandpool:job:x"),
+    ("XREADGROUP", "GROUP", "workers", "evil", "COUNT", "1", "STREAMS", "sandpool:q:default", ">"),
+    ("XRANGE", "sandpool:q:default", "-", "+"),
+    ("XDEL", "sandpool:q:default", "0-1"),
+    ("DEL", "sandpool:q:default"),
+    ("KEYS", "*"),
+    ("SCAN", "0"),
+    ("CONFIG", "GET", "*"),
+    ("FLUSHALL",),
+    ("EVAL", "return 1", "0"),
+    ("PUBLISH", "sandpool:out:x", "forged"),
+    ("GET", "sandpool:daemon:x"),
+    ("ACL", "LIST"),
+    ("MONITOR",),
+])
+def test_client_user_cannot_do_anything_else(acl_setup, cmd):
+    server, d, client, port, url = acl_setup
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.execute_command(*cmd)
+
+
+def test_client_user_cannot_pattern_subscribe(acl_setup):
+    server, d, client, port, url = acl_setup
+    sub = client.pubsub()
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        sub.psubscribe("sandpool:out:*")
+        sub.get_message(timeout=2)
+        sub.get_message(timeout=2)
