@@ -1,0 +1,509 @@
+"""The sandpool client: submit jobs, follow them live, fetch results, cancel.
+
+Everything here follows docs/PROTOCOL.md; the daemon is never contacted directly, only Redis.
+
+Thread safety: a :class:`Client` may be shared between threads (redis-py's connection pool is
+thread-safe); every :meth:`Client.run`, :meth:`Client.stream` and waiting :meth:`Client.result`
+uses its own pub/sub connection, closed when it returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import time
+from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence, Union
+
+import redis
+
+from ._url import DEFAULT_URL, RedisAddress, parse_redis_url
+from .protocol import (
+    BytesLike,
+    Event,
+    ProtocolError,
+    Result,
+    build_job_map,
+    decode_event,
+    decode_result,
+    encode_job,
+    valid_job_id,
+)
+
+#: Environment variable holding the Redis URL when ``Client(url=None)``.
+URL_ENV = "SANDPOOL_REDIS_URL"
+
+#: TTL the cancel block of PROTOCOL.md section 7 puts on the job hash.
+CANCEL_TTL_SECONDS = 86400
+
+OutputCallback = Callable[[bytes], None]
+
+_CONN_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+class WaitTimeout(TimeoutError):
+    """Waiting for a job ended before its result arrived.  The job itself is not affected."""
+
+    def __init__(self, job_id: str, waited: float) -> None:
+        super().__init__(f"job {job_id} has no result after {waited:.1f} s")
+        self.job_id = job_id
+
+
+@dataclasses.dataclass(frozen=True)
+class JobStatus:
+    """A snapshot of ``sandpool:job:<id>`` plus whether ``sandpool:result:<id>`` exists.
+
+    ``state`` is ``None`` while the job is queued (no hash, or only ``cancel``), then
+    ``"running"``, then ``"done"``.  The job is terminal exactly when ``has_result`` is true.
+    ``fields`` holds every field of the hash, decoded as UTF-8.
+    """
+
+    job_id: str
+    state: Optional[str]
+    entry: Optional[str]
+    consumer: Optional[str]
+    attempt: Optional[int]
+    cancel_requested: bool
+    has_result: bool
+    fields: Dict[str, str]
+
+    @property
+    def terminal(self) -> bool:
+        """True once the result is stored (PROTOCOL.md section 4)."""
+        return self.has_result
+
+
+@dataclasses.dataclass(frozen=True)
+class Keys:
+    """Redis key and channel names of PROTOCOL.md section 1 for one prefix."""
+
+    prefix: str = "sandpool"
+
+    def queue(self, name: str) -> str:
+        return f"{self.prefix}:q:{name}"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}"
+
+    def result(self, job_id: str) -> str:
+        return f"{self.prefix}:result:{job_id}"
+
+    def out(self, job_id: str) -> str:
+        return f"{self.prefix}:out:{job_id}"
+
+    @property
+    def cancel(self) -> str:
+        return f"{self.prefix}:cancel"
+
+    def daemon(self, consumer: str) -> str:
+        return f"{self.prefix}:daemon:{consumer}"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.prefix}:dead"
+
+
+def new_job_id() -> str:
+    """A random 128-bit job id as 32 lowercase hex digits."""
+    return secrets.token_hex(16)
+
+
+def _check_id(job_id: str) -> str:
+    if not valid_job_id(job_id):
+        raise ValueError(f"invalid job id {job_id!r}: need 1..128 characters of [A-Za-z0-9._:-]")
+    return job_id
+
+
+class Client:
+    """A connection to one sandpool deployment (a Redis server, a key prefix and a queue).
+
+    ``url`` is ``redis://[user:password@]host[:port][/db]`` or ``unix:///path[?db=N]``; when
+    ``None`` it comes from the environment variable ``SANDPOOL_REDIS_URL``, else
+    ``redis://127.0.0.1:6379``.  ``prefix`` and ``queue`` must match the daemon's ``--prefix``
+    and ``--queue``.  ``poll_interval`` is how long a waiting call may hear nothing on the job's
+    channel before it checks the result key (the durable record).
+
+    No connection is made until the first command.
+    """
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        *,
+        prefix: str = "sandpool",
+        queue: str = "default",
+        poll_interval: float = 1.0,
+    ) -> None:
+        if url is None:
+            url = os.environ.get(URL_ENV) or DEFAULT_URL
+        self.address: RedisAddress = parse_redis_url(url)
+        if not prefix or not isinstance(prefix, str):
+            raise ValueError("prefix must be a non-empty str")
+        if not queue or not isinstance(queue, str):
+            raise ValueError("queue must be a non-empty str")
+        if not poll_interval > 0:
+            raise ValueError("poll_interval must be > 0")
+        self.prefix = prefix
+        self.queue = queue
+        self.keys = Keys(prefix)
+        self.poll_interval = float(poll_interval)
+        self.redis: redis.Redis = redis.Redis(
+            **self.address.redis_kwargs(), decode_responses=False, socket_keepalive=True
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connections of this client."""
+        self.redis.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.address.redacted()!r}, prefix={self.prefix!r}, queue={self.queue!r})"
+
+    # -- submitting --------------------------------------------------------------------------
+
+    def submit(
+        self,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        shell: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Optional[Union[BytesLike, str]] = None,
+        timeout_ms: Optional[int] = None,
+        max_output_bytes: Optional[int] = None,
+        retries: Optional[int] = None,
+        job_id: Optional[str] = None,
+    ) -> str:
+        """Enqueue a job and return its id (a random 128-bit hex id unless ``job_id`` is given).
+
+        Exactly one of ``argv`` (run directly) and ``shell`` (run as ``/bin/sh -c``) must be
+        given.  Raises ``ValueError`` for input no daemon could accept; size limits and the
+        maximum timeout are judged by the daemon (it clamps, or stores an error result).
+        Submitting an id that already ran is a no-op on the daemon side (idempotency): the
+        original result stands.  Does not wait; see :meth:`result` and :meth:`stream`.
+        """
+        job_id = new_job_id() if job_id is None else job_id
+        payload = encode_job(
+            build_job_map(
+                job_id,
+                argv=argv,
+                shell=shell,
+                env=env,
+                cwd=cwd,
+                stdin=stdin,
+                timeout_ms=timeout_ms,
+                max_output_bytes=max_output_bytes,
+                retries=retries,
+            )
+        )
+        self._xadd(job_id, payload)
+        return job_id
+
+    def _xadd(self, job_id: str, payload: bytes) -> None:
+        self.redis.xadd(self.keys.queue(self.queue), {"id": job_id, "job": payload})
+
+    def run(
+        self,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        shell: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Optional[Union[BytesLike, str]] = None,
+        timeout_ms: Optional[int] = None,
+        max_output_bytes: Optional[int] = None,
+        retries: Optional[int] = None,
+        job_id: Optional[str] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        wait_timeout: Optional[float] = None,
+    ) -> Result:
+        """Submit a job, deliver its output live, and return its :class:`Result`.
+
+        Subscribes to the job's channel before submitting, so no event is missed while the
+        subscription holds.  ``on_stdout``/``on_stderr`` are called in this thread with each
+        chunk, in order.  If live events are lost (a sequence gap, a dropped subscription) no
+        further chunks are delivered live; the rest of the output is delivered from the stored
+        result just before returning.  So, for a job run once, the chunks of each stream add up
+        to ``result.stdout`` / ``result.stderr`` exactly (if the job is re-run after its worker
+        was lost, chunks of the lost attempt may come first).
+
+        Raises :class:`WaitTimeout` if no result arrives within ``wait_timeout`` seconds (the job
+        goes on; fetch it later with :meth:`result`).  Exceptions raised by a callback propagate
+        and end the wait, not the job.
+        """
+        job_id = new_job_id() if job_id is None else job_id
+        payload = encode_job(
+            build_job_map(
+                job_id,
+                argv=argv,
+                shell=shell,
+                env=env,
+                cwd=cwd,
+                stdin=stdin,
+                timeout_ms=timeout_ms,
+                max_output_bytes=max_output_bytes,
+                retries=retries,
+            )
+        )
+        deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
+        started_at = time.monotonic()
+        pubsub = self._subscribe(job_id)
+        try:
+            self._xadd(job_id, payload)
+            follower = _Follower(self, job_id, pubsub, from_start=True)
+            for ev in follower.events(deadline, started_at):
+                if ev.type == "stdout":
+                    if on_stdout is not None:
+                        on_stdout(ev.data)
+                elif ev.type == "stderr":
+                    if on_stderr is not None:
+                        on_stderr(ev.data)
+                elif ev.type == "exited":
+                    assert ev.result is not None
+                    return ev.result
+            raise AssertionError("event stream ended without an exited event")  # unreachable
+        finally:
+            _close_quietly(pubsub)
+
+    # -- following ---------------------------------------------------------------------------
+
+    def stream(self, job_id: str, *, timeout: Optional[float] = None) -> Iterator[Event]:
+        """Yield the live events of a job: ``started``, ``stdout``, ``stderr``, then ``exited``.
+
+        Subscribes when iteration begins, then checks the result key: a finished job yields just
+        its ``exited`` event (``seq`` None).  Events published before the subscription are not
+        seen (subscribe-before-submit needs :meth:`run`).  If live events are lost, no further
+        output is yielded live; the ``exited`` event (and, when the stream was followed from its
+        start, the missing tail of the output as events with ``seq`` None) then comes from the
+        stored result.  The last event is always ``exited`` with its ``result``.  Event types this
+        client does not know are skipped.  Raises :class:`WaitTimeout` after ``timeout`` seconds
+        without a result.  An invalid ``job_id`` raises ``ValueError`` at once.
+        """
+        _check_id(job_id)
+        return self._stream(job_id, timeout)
+
+    def _stream(self, job_id: str, timeout: Optional[float]) -> Iterator[Event]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        started_at = time.monotonic()
+        pubsub = self._subscribe(job_id)
+        try:
+            stored = self._get_result(job_id)
+            if stored is not None:
+                yield Event(type="exited", seq=None, result=stored)
+                return
+            yield from _Follower(self, job_id, pubsub, from_start=False).events(
+                deadline, started_at
+            )
+        finally:
+            _close_quietly(pubsub)
+
+    def result(
+        self, job_id: str, wait: bool = False, timeout: Optional[float] = None
+    ) -> Optional[Result]:
+        """The stored result of a job, or ``None`` if there is none (yet, or any more: TTL).
+
+        With ``wait=True``, blocks until the result exists, or returns ``None`` once ``timeout``
+        seconds (if given) have passed.
+        """
+        _check_id(job_id)
+        if not wait:
+            return self._get_result(job_id)
+        try:
+            for ev in self.stream(job_id, timeout=timeout):
+                if ev.type == "exited":
+                    return ev.result
+        except WaitTimeout:
+            return None
+        return None  # unreachable: stream always ends with exited or raises
+
+    def _get_result(self, job_id: str) -> Optional[Result]:
+        raw = self.redis.get(self.keys.result(job_id))
+        if raw is None:
+            return None
+        return decode_result(raw)
+
+    def _subscribe(self, job_id: str, timeout: float = 30.0) -> "redis.client.PubSub":
+        """Subscribe to the job's channel and wait until Redis confirms the subscription."""
+        pubsub = self.redis.pubsub()
+        try:
+            pubsub.subscribe(self.keys.out(job_id))
+            end = time.monotonic() + timeout
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise redis.TimeoutError("no confirmation of SUBSCRIBE from Redis")
+                msg = pubsub.get_message(timeout=left)
+                if msg is not None and msg.get("type") == "subscribe":
+                    return pubsub
+        except BaseException:
+            _close_quietly(pubsub)
+            raise
+
+    # -- control -----------------------------------------------------------------------------
+
+    def cancel(self, job_id: str) -> None:
+        """Ask the daemons to cancel a job (PROTOCOL.md section 7, exactly its MULTI block).
+
+        A queued job (or one not submitted yet) will never start; a running job is killed and
+        keeps its output so far; a finished job is unaffected.  The outcome shows in the result.
+        """
+        _check_id(job_id)
+        key = self.keys.job(job_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(key, "cancel", 1)
+        pipe.expire(key, CANCEL_TTL_SECONDS)
+        pipe.publish(self.keys.cancel, job_id)
+        pipe.execute()
+
+    def status(self, job_id: str) -> JobStatus:
+        """Read the job hash and whether the result exists, atomically (one MULTI block)."""
+        _check_id(job_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hgetall(self.keys.job(job_id))
+        pipe.exists(self.keys.result(job_id))
+        raw_fields, exists = pipe.execute()
+        fields = {
+            k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+            for k, v in raw_fields.items()
+        }
+        attempt: Optional[int]
+        try:
+            attempt = int(fields["attempt"]) if "attempt" in fields else None
+        except ValueError:
+            attempt = None
+        return JobStatus(
+            job_id=job_id,
+            state=fields.get("state"),
+            entry=fields.get("entry"),
+            consumer=fields.get("consumer"),
+            attempt=attempt,
+            cancel_requested=fields.get("cancel", "0") not in ("", "0"),
+            has_result=bool(exists),
+            fields=fields,
+        )
+
+
+def _close_quietly(pubsub: "redis.client.PubSub") -> None:
+    """Close a pub/sub connection, ignoring errors (it may already be broken)."""
+    try:
+        pubsub.close()
+    except Exception:
+        pass
+
+
+class _Follower:
+    """Follows one job's channel: sequence checks, loss detection, result-key fallback."""
+
+    # How long the result key may be unreachable (Redis restarting) before waiting gives up.
+    RECONNECT_GRACE = 30.0
+
+    def __init__(
+        self, client: Client, job_id: str, pubsub: "redis.client.PubSub", from_start: bool
+    ) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.pubsub: Optional["redis.client.PubSub"] = pubsub
+        # Next expected seq; None until the first event when joining a job midway.
+        self.expected: Optional[int] = 0 if from_start else None
+        # True when the events seen so far are the output from its very beginning.
+        self.from_start = from_start
+        self.lost = False
+        self.delivered = {"stdout": 0, "stderr": 0}
+        self._conn_error_since: Optional[float] = None
+
+    def _poll(self) -> Optional[Result]:
+        try:
+            r = self.client._get_result(self.job_id)
+        except _CONN_ERRORS:
+            now = time.monotonic()
+            if self._conn_error_since is None:
+                self._conn_error_since = now
+            elif now - self._conn_error_since > self.RECONNECT_GRACE:
+                raise
+            return None
+        self._conn_error_since = None
+        return r
+
+    def _finish(self, result: Result, seq: Optional[int]) -> Iterator[Event]:
+        if self.from_start:
+            for name in ("stdout", "stderr"):
+                full: bytes = getattr(result, name)
+                if self.delivered[name] < len(full):
+                    yield Event(type=name, seq=None, data=full[self.delivered[name] :])
+                    self.delivered[name] = len(full)
+        yield Event(type="exited", seq=seq, result=result)
+
+    def _on_event(self, ev: Event) -> bool:
+        """Update sequence state; return True if the event may be passed on live."""
+        assert ev.seq is not None
+        if ev.type == "started" and ev.seq == 0 and self.expected not in (None, 0):
+            # A new attempt (the job was re-run after its worker was lost): seq restarts.
+            self.expected = 1
+            self.lost = False
+            self.from_start = True
+            self.delivered = {"stdout": 0, "stderr": 0}
+            return True
+        if self.expected is None:
+            self.from_start = ev.seq == 0
+            self.expected = ev.seq + 1
+            return True
+        if ev.seq != self.expected:
+            self.lost = True
+        self.expected = ev.seq + 1
+        return not self.lost
+
+    def events(self, deadline: Optional[float], started_at: float) -> Iterator[Event]:
+        interval = self.client.poll_interval
+        last_heard = time.monotonic()
+        last_poll = last_heard
+        while True:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise WaitTimeout(self.job_id, now - started_at)
+            wait = interval if deadline is None else max(0.0, min(interval, deadline - now))
+            msg = None
+            if self.pubsub is not None:
+                try:
+                    msg = self.pubsub.get_message(timeout=wait)
+                except _CONN_ERRORS:
+                    _close_quietly(self.pubsub)
+                    self.pubsub = None
+                    self.lost = True
+            else:
+                time.sleep(max(0.0, wait))
+            if msg is not None and msg.get("type") == "message":
+                last_heard = time.monotonic()
+                try:
+                    ev = decode_event(msg["data"])
+                except ProtocolError:
+                    self.lost = True  # an undecodable message counts as a lost one
+                    continue
+                live = self._on_event(ev)
+                if ev.type == "exited":
+                    assert ev.result is not None
+                    yield from self._finish(ev.result, ev.seq)
+                    return
+                if live and ev.type in ("started", "stdout", "stderr"):
+                    if ev.type != "started":
+                        self.delivered[ev.type] += len(ev.data)
+                    yield ev
+                continue
+            if msg is not None:
+                continue  # subscribe confirmations, pongs
+            now = time.monotonic()
+            if now - last_poll >= interval and (self.lost or now - last_heard >= interval):
+                last_poll = now
+                result = self._poll()
+                if result is not None:
+                    # Live events may still be in flight; _finish delivers the output not yet
+                    # passed on from the result itself.
+                    yield from self._finish(result, None)
+                    return
