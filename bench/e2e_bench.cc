@@ -12,7 +12,10 @@
 //             started -> exited, the daemon's exec_time_us / queue_wait_us / cpu_time_us).
 // throughput: K jobs kept in flight until M jobs are done; jobs/s, latency percentiles and CPU
 //             per job (the daemon's process tree, Redis, this client, the whole host).
-// peers:      bwrap / posix_spawn(/bin/true) / /usr/bin/python3 -c pass, N runs each.
+// peers:      bwrap / posix_spawn(/bin/true) / /usr/bin/python3 -c 'print(1)' (and the import job's
+//             code), N runs each.
+// Job kinds (--kinds for latency, --tp-kinds for throughput): echo (shell `echo hi`), true (argv
+// /bin/true), py (code `print(1)`, runtime python), pyimport (code importing json, re, math).
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -63,7 +66,10 @@ struct Options {
   int n = 500;               // sequential jobs per kind (latency)
   int warmup = 50;           // warm-up jobs before each latency series / throughput run
   int tp_n = 3000;           // jobs per throughput run
+  int pace_ms = 0;           // latency: idle time between sequential jobs (0: back to back)
   std::vector<int> inflight = {8, 64};
+  std::vector<std::string> kinds = {"echo", "true", "py", "pyimport"};  // latency job kinds
+  std::vector<std::string> tp_kinds = {"echo"};                         // throughput job kinds
   int peer_n = 300;          // runs per peer
   int peer_inflight = 8;     // peers are also run with this many in flight (0: skip)
   int peer_tp_n = 600;       // runs for the peer throughput measurement
@@ -91,7 +97,7 @@ std::vector<std::string> Split(std::string_view s, char sep) {
   std::fprintf(stderr,
                "usage: sandpool_bench --redis URL [--prefix P] [--queue Q]\n"
                "  [--modes latency,throughput,peers] [--n N] [--warmup W] [--tp-n M]\n"
-               "  [--inflight 8,64] [--peer-n N] [--peer-inflight K] [--peer-tp-n M]\n"
+               "  [--inflight 8,64] [--kinds echo,true,py,pyimport] [--tp-kinds echo,py] [--pace-ms MS] [--peer-n N] [--peer-inflight K] [--peer-tp-n M]\n"
                "  [--idle-timeout-ms MS] [--daemon-pid PID] [--redis-pid PID]\n"
                "  [--bwrap PATH] [--python PATH]\n");
   std::exit(2);
@@ -123,6 +129,9 @@ Options ParseOptions(int argc, char** argv) {
     else if (a == "--n") o.n = ParseInt(next(), "--n");
     else if (a == "--warmup") o.warmup = ParseInt(next(), "--warmup");
     else if (a == "--tp-n") o.tp_n = ParseInt(next(), "--tp-n");
+    else if (a == "--pace-ms") o.pace_ms = ParseInt(next(), "--pace-ms");
+    else if (a == "--kinds") o.kinds = Split(next(), ',');
+    else if (a == "--tp-kinds") o.tp_kinds = Split(next(), ',');
     else if (a == "--inflight") {
       o.inflight.clear();
       for (const auto& k : Split(next(), ',')) o.inflight.push_back(ParseInt(k.c_str(), "--inflight"));
@@ -388,6 +397,34 @@ JobKind ArgvTrue() {
   return k;
 }
 
+// Code jobs: no template named, so the daemon routes them to its `python` template (a warm
+// python3 that already imported its common modules) when it has one (PROTOCOL.md section 3).
+JobKind PyPrint() {
+  JobKind k;
+  k.name = "code python: print(1)";
+  k.spec.code = "print(1)";
+  k.spec.runtime = "python";
+  k.expect_stdout = "1\n";
+  return k;
+}
+
+JobKind PyImport() {
+  JobKind k;
+  k.name = "code python: import json, re, math";
+  k.spec.code = "import json, re, math; print(json.dumps([re.sub('a', 'b', 'a'), math.floor(2.5)]))";
+  k.spec.runtime = "python";
+  k.expect_stdout = "[\"b\", 2]\n";
+  return k;
+}
+
+std::optional<JobKind> KindByName(std::string_view n) {
+  if (n == "echo") return ShellEcho();
+  if (n == "true") return ArgvTrue();
+  if (n == "py") return PyPrint();
+  if (n == "pyimport") return PyImport();
+  return std::nullopt;
+}
+
 struct Pending {
   int64_t t_submit_us = 0;
   int64_t t_xadd_done_us = 0;
@@ -550,10 +587,13 @@ std::string CheckResult(const JobKind& kind, const JobResult& r) {
 
 int c_idle_ms(const Client& c) { return c.idle_timeout_ms(); }
 
+int g_lost_jobs = 0;  // jobs that never finished, over the whole process (exit status 3)
+
 // Runs `count` jobs one at a time. Returns false if a job was lost (the caller stops).
 bool RunSequential(Client& c, const JobKind& kind, int count, std::vector<Done>* out,
-                   Measurement& m) {
+                   Measurement& m, int pace_ms = 0) {
   for (int i = 0; i < count; ++i) {
+    if (pace_ms > 0) usleep(static_cast<useconds_t>(pace_ms) * 1000);
     std::string id = c.NextId("s");
     Status s = c.Submit(kind, id);
     if (!s.ok()) {
@@ -577,18 +617,34 @@ bool RunSequential(Client& c, const JobKind& kind, int count, std::vector<Done>*
 }
 
 void Latency(Client& c, const Options& o, const JobKind& kind) {
+  if (g_lost_jobs > 0) {  // the daemon stopped answering earlier: nothing to measure
+    Measurement m;
+    m.system = "sandpool";
+    m.variant = "isolated";
+    m.mode = "latency";
+    m.command = kind.name;
+    m.measured = false;
+    m.note = "not measured: jobs were lost earlier in this run (sandpoold stopped finishing jobs)";
+    Emit(m);
+    return;
+  }
   Measurement m;
   m.system = "sandpool";
   m.variant = "isolated";
   m.mode = "latency";
   m.command = kind.name;
   std::vector<Done> warm, done;
-  if (!RunSequential(c, kind, o.warmup, &warm, m) || !RunSequential(c, kind, o.n, &done, m)) {
+  if (o.pace_ms > 0) {
+    m.variant = "isolated-paced";
+    m.extra.push_back({"pace_ms", o.pace_ms});
+  }
+  if (!RunSequential(c, kind, o.warmup, &warm, m, o.pace_ms) ||
+      !RunSequential(c, kind, o.n, &done, m, o.pace_ms)) {
     m.note = "STOPPED: " + m.note;
   }
   Measurement b;  // breakdown
   b.system = "sandpool";
-  b.variant = "isolated";
+  b.variant = m.variant;
   b.mode = "breakdown";
   b.command = kind.name;
   std::vector<double> xadd, to_started, started_to_exited, exec, qwait, cpu, residual;
@@ -609,6 +665,7 @@ void Latency(Client& c, const Options& o, const JobKind& kind) {
     cpu.push_back(d.result.cpu_time_us / 1000.0);
   }
   m.n = static_cast<int>(done.size());
+  if (m.lost > 0) g_lost_jobs += m.lost;
   if (c.undecodable_events()) m.note += " undecodable events: " + std::to_string(c.undecodable_events());
   Emit(m);
   b.n = m.n;
@@ -641,6 +698,7 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
     CpuSnap cpu0 = TakeCpu(o);
     int64_t t0 = MonotonicUs();
     int submitted = 0, completed = 0;
+    int64_t t_last_done = t0;
     bool stopped = false;
     while (completed < total) {
       while (submitted < total && static_cast<int>(c.pending()) < k) {
@@ -668,6 +726,7 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
         break;
       }
       ++completed;
+      t_last_done = d.value()->t_exited_us;
       if (phase == 1) {
         const Done& dd = *d.value();
         std::string bad = CheckResult(kind, dd.result);
@@ -675,15 +734,20 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
         m.samples_ms.push_back((dd.t_exited_us - dd.p.t_submit_us) / 1000.0);
       }
     }
-    int64_t t1 = MonotonicUs();
+    // A stopped run is timed to its last completion, not through the idle timeout.
+    int64_t t1 = stopped ? t_last_done : MonotonicUs();
     CpuSnap cpu1 = TakeCpu(o);
     if (phase == 1) {
       m.n = completed;
       m.wall_s = (t1 - t0) / 1e6;
-      AddCpu(m, o, cpu0, cpu1, completed);
+      if (!stopped) AddCpu(m, o, cpu0, cpu1, completed);
     }
-    if (stopped) break;
+    if (stopped) {
+      if (phase == 0) m.note = "(during warm-up) " + m.note;
+      break;
+    }
   }
+  if (m.lost > 0) g_lost_jobs += m.lost;
   Emit(m);
 }
 
@@ -719,7 +783,7 @@ std::string Join(const std::vector<std::string>& v) {
 }
 
 void PeerPerRun(const Options& o, const std::string& system, const std::string& variant,
-                const std::vector<std::string>& argv) {
+                const std::vector<std::string>& argv, bool with_throughput = true) {
   Measurement m;
   m.system = system;
   m.variant = variant;
@@ -756,7 +820,7 @@ void PeerPerRun(const Options& o, const std::string& system, const std::string& 
   m.n = static_cast<int>(m.samples_ms.size());
   Emit(m);
 
-  if (o.peer_inflight <= 1 || o.peer_tp_n <= 0) return;
+  if (!with_throughput || o.peer_inflight <= 1 || o.peer_tp_n <= 0) return;
   Measurement t = m;
   t.mode = "throughput";
   t.inflight = o.peer_inflight;
@@ -813,13 +877,33 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "sandpool_bench: %s\n", s.message().c_str());
       return 1;
     }
+    for (const auto& n : o.kinds) {
+      if (!KindByName(n)) Usage(("unknown job kind " + n).c_str());
+    }
+    for (const auto& n : o.tp_kinds) {
+      if (!KindByName(n)) Usage(("unknown job kind " + n).c_str());
+    }
     if (HasMode(o, "latency")) {
-      Latency(c, o, ShellEcho());
-      Latency(c, o, ArgvTrue());
+      for (const auto& n : o.kinds) Latency(c, o, *KindByName(n));
     }
     if (HasMode(o, "throughput")) {
-      for (int k : o.inflight) {
-        Throughput(c, o, ShellEcho(), k);
+      for (const auto& n : o.tp_kinds) {
+        JobKind kind = *KindByName(n);
+        for (int k : o.inflight) {
+          if (g_lost_jobs == 0) {
+            Throughput(c, o, kind, k);
+          } else {
+            Measurement m;
+            m.system = "sandpool";
+            m.variant = "isolated";
+            m.mode = "throughput";
+            m.command = kind.name;
+            m.inflight = k;
+            m.measured = false;
+            m.note = "not measured: jobs were lost earlier in this run (sandpoold stopped finishing jobs)";
+            Emit(m);
+          }
+        }
       }
     }
   }
@@ -828,9 +912,12 @@ int Main(int argc, char** argv) {
                {o.bwrap, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                 "/bin/true"});
     PeerPerRun(o, "posix_spawn", "none", {"/bin/true"});
-    PeerPerRun(o, "python3", "none", {o.python, "-c", "pass"});
+    PeerPerRun(o, "python3", "none", {o.python, "-c", "print(1)"});
+    PeerPerRun(o, "python3", "none",
+               {o.python, "-c", "import json, re, math; print(json.dumps([re.sub('a', 'b', 'a'), math.floor(2.5)]))"},
+               false);
   }
-  return 0;
+  return g_lost_jobs > 0 ? 3 : 0;
 }
 
 }  // namespace
