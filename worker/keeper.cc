@@ -87,6 +87,13 @@ class Keeper {
   }
 
  private:
+  // Kills the sandbox: init through its pidfd (the pid namespace then takes every process with
+  // it) and, on cgroup v2, everything in the slot cgroup at once with cgroup.kill as well.
+  void Kill() {
+    KillSandbox(sb_);
+    (void)cgroup_.KillAll();
+  }
+
   void Send(MsgType t, const std::string& payload, const std::vector<int>& fds = {}) {
     Status s = ch_.Send(static_cast<uint16_t>(t), payload, fds);
     if (!s.ok()) Exit("scheduler channel: " + s.message());
@@ -94,7 +101,7 @@ class Keeper {
 
   [[noreturn]] void Exit(const std::string& why) {
     LogDebug("keeper exiting", {{"slot", a_.slot}, {"why", why}});
-    KillSandbox(sb_);
+    Kill();
     if (sb_.pidfd) {
       siginfo_t info;
       ::waitid(P_PIDFD, static_cast<id_t>(sb_.pidfd.get()), &info, WEXITED);
@@ -136,7 +143,7 @@ class Keeper {
         auto st = cgroup_.Read();
         if (st.ok() && st->cpu_usage_us - base.cpu_usage_us > cpu_limit_us) {
           cpu_limit = killed = true;
-          KillSandbox(sb_);
+          Kill();
         }
       }
       if (p[0].revents) {
@@ -166,7 +173,7 @@ class Keeper {
           GenerationMsg k;
           if (Decode(f->payload, &k).ok() && k.generation == gen_) {
             killed = true;
-            KillSandbox(sb_);
+            Kill();
           }
         }
       }

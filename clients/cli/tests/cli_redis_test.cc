@@ -37,17 +37,19 @@ Ran RunCli(const std::vector<std::string>& args) {
   Ran ran;
   auto out = MakePipe(), err = MakePipe();
   if (!out.ok() || !err.ok()) return ran;
+  // Everything the child needs is made before fork: the test's fake daemon is a thread, and
+  // between fork and exec only async-signal-safe calls are allowed (no allocation).
+  std::vector<std::string> all = {SANDPOOL_CLI_BIN};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  UniqueFd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
   pid_t pid = fork();
   if (pid == 0) {
-    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    dup2(devnull, 0);
+    dup2(devnull.get(), 0);
     dup2(out->write.get(), 1);
     dup2(err->write.get(), 2);
-    std::vector<std::string> all = {SANDPOOL_CLI_BIN};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
     execv(SANDPOOL_CLI_BIN, argv.data());
     _exit(127);
   }
