@@ -13,13 +13,12 @@ import dataclasses
 import os
 import secrets
 import time
-from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import redis
 
 from ._url import DEFAULT_URL, RedisAddress, parse_redis_url
 from .protocol import (
-    BytesLike,
     Event,
     ProtocolError,
     Result,
@@ -168,42 +167,21 @@ class Client:
 
     # -- submitting --------------------------------------------------------------------------
 
-    def submit(
-        self,
-        *,
-        argv: Optional[Sequence[str]] = None,
-        shell: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        cwd: Optional[str] = None,
-        stdin: Optional[Union[BytesLike, str]] = None,
-        timeout_ms: Optional[int] = None,
-        max_output_bytes: Optional[int] = None,
-        retries: Optional[int] = None,
-        job_id: Optional[str] = None,
-    ) -> str:
+    def submit(self, *, job_id: Optional[str] = None, **job: Any) -> str:
         """Enqueue a job and return its id (a random 128-bit hex id unless ``job_id`` is given).
 
-        Exactly one of ``argv`` (run directly) and ``shell`` (run as ``/bin/sh -c``) must be
-        given.  Raises ``ValueError`` for input no daemon could accept; size limits and the
-        maximum timeout are judged by the daemon (it clamps, or stores an error result).
-        Submitting an id that already ran is a no-op on the daemon side (idempotency): the
-        original result stands.  Does not wait; see :meth:`result` and :meth:`stream`.
+        ``job`` are the keyword arguments of :func:`sandpool.protocol.build_job_map`: exactly one
+        of ``argv`` (run directly), ``shell`` (run as ``/bin/sh -c``) or ``code`` with ``runtime``
+        (``"python"``, ``"node"``, ``"bash"``: run in a warm interpreter), and optionally
+        ``template``, ``env``, ``cwd``, ``stdin``, ``timeout_ms``, ``max_output_bytes``,
+        ``retries``, ``memory_bytes``, ``pids``, ``cpu_time_ms``.  Raises ``ValueError`` for
+        input no daemon could accept; limits are judged by the daemon (it clamps, or stores an
+        error result).  Submitting an id that already ran is a no-op on the daemon side
+        (idempotency): the original result stands.  Does not wait; see :meth:`result` and
+        :meth:`stream`.
         """
         job_id = new_job_id() if job_id is None else job_id
-        payload = encode_job(
-            build_job_map(
-                job_id,
-                argv=argv,
-                shell=shell,
-                env=env,
-                cwd=cwd,
-                stdin=stdin,
-                timeout_ms=timeout_ms,
-                max_output_bytes=max_output_bytes,
-                retries=retries,
-            )
-        )
-        self._xadd(job_id, payload)
+        self._xadd(job_id, encode_job(build_job_map(job_id, **job)))
         return job_id
 
     def _xadd(self, job_id: str, payload: bytes) -> None:
@@ -212,20 +190,14 @@ class Client:
     def run(
         self,
         *,
-        argv: Optional[Sequence[str]] = None,
-        shell: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        cwd: Optional[str] = None,
-        stdin: Optional[Union[BytesLike, str]] = None,
-        timeout_ms: Optional[int] = None,
-        max_output_bytes: Optional[int] = None,
-        retries: Optional[int] = None,
         job_id: Optional[str] = None,
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
         wait_timeout: Optional[float] = None,
+        **job: Any,
     ) -> Result:
-        """Submit a job, deliver its output live, and return its :class:`Result`.
+        """Submit a job (``job`` as for :meth:`submit`), deliver its output live, and return its
+        :class:`Result`.
 
         Subscribes to the job's channel before submitting, so no event is missed while the
         subscription holds.  ``on_stdout``/``on_stderr`` are called in this thread with each
@@ -240,19 +212,7 @@ class Client:
         and end the wait, not the job.
         """
         job_id = new_job_id() if job_id is None else job_id
-        payload = encode_job(
-            build_job_map(
-                job_id,
-                argv=argv,
-                shell=shell,
-                env=env,
-                cwd=cwd,
-                stdin=stdin,
-                timeout_ms=timeout_ms,
-                max_output_bytes=max_output_bytes,
-                retries=retries,
-            )
-        )
+        payload = encode_job(build_job_map(job_id, **job))
         deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
         started_at = time.monotonic()
         pubsub = self._subscribe(job_id)

@@ -88,17 +88,27 @@ def _check_uint(name: str, value: object, minimum: int = 0) -> int:
     return value
 
 
+RUNTIMES = ("python", "node", "bash")
+_TEMPLATE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
 def build_job_map(
     job_id: str,
     *,
     argv: Optional[Sequence[str]] = None,
     shell: Optional[str] = None,
+    code: Optional[str] = None,
+    runtime: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
     cwd: Optional[str] = None,
     stdin: Optional[Union[BytesLike, str]] = None,
     timeout_ms: Optional[int] = None,
     max_output_bytes: Optional[int] = None,
     retries: Optional[int] = None,
+    template: Optional[str] = None,
+    memory_bytes: Optional[int] = None,
+    pids: Optional[int] = None,
+    cpu_time_ms: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Build the job map of PROTOCOL.md section 3, fields in the documented order.
 
@@ -108,10 +118,17 @@ def build_job_map(
     """
     if not valid_job_id(job_id):
         raise ValueError(f"invalid job id {job_id!r}: need 1..128 characters of [A-Za-z0-9._:-]")
-    if (argv is None) == (shell is None):
-        raise ValueError("exactly one of argv and shell must be given")
+    if sum(x is not None for x in (argv, shell, code)) != 1:
+        raise ValueError("exactly one of argv, shell and code must be given")
+    if (code is None) != (runtime is None):
+        raise ValueError("code and runtime go together")
+    if runtime is not None and runtime not in RUNTIMES:
+        raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)} (got {runtime!r})")
     m: Dict[str, Any] = {"v": PROTOCOL_VERSION, "id": job_id}
-    if argv is not None:
+    if code is not None:
+        m["code"] = _check_text("code", code)
+        m["runtime"] = runtime
+    elif argv is not None:
         if isinstance(argv, (str, bytes, bytearray)) or not isinstance(argv, Iterable):
             raise ValueError("argv must be a list of str (use shell= for a command line)")
         items = list(argv)
@@ -149,6 +166,13 @@ def build_job_map(
         m["max_output_bytes"] = _check_uint("max_output_bytes", max_output_bytes)
     if retries is not None:
         m["retries"] = _check_uint("retries", retries)
+    if template is not None:
+        if not isinstance(template, str) or _TEMPLATE_RE.fullmatch(template) is None:
+            raise ValueError(f"invalid template name {template!r}: need 1..64 characters of [A-Za-z0-9._-]")
+        m["template"] = template
+    for name, value in (("memory_bytes", memory_bytes), ("pids", pids), ("cpu_time_ms", cpu_time_ms)):
+        if value is not None:
+            m[name] = _check_uint(name, value, minimum=1)
     return m
 
 

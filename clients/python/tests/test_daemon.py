@@ -89,6 +89,20 @@ def test_argv_job_no_shell_and_path_lookup(client: Client) -> None:
     assert r.ok and r.stdout == b"x y|$HOME|*|"
 
 
+def test_code_jobs_run_in_warm_interpreters(client: Client) -> None:
+    chunks = []
+    r = client.run(code="import json, sys\nprint(json.dumps({'n': 42}))\nsys.exit(4)", runtime="python",
+                   on_stdout=chunks.append, wait_timeout=WAIT)
+    assert (r.outcome, r.exit_code, r.stdout) == ("exit", 4, b'{"n": 42}\n'), r
+    assert b"".join(chunks) == r.stdout
+    r = client.run(code="echo ${BASH_VERSION:+bash} $((6*7))", runtime="bash", wait_timeout=WAIT)
+    assert r.ok and r.stdout == b"bash 42\n", r
+    r = client.run(code="raise ValueError('boom')", runtime="python", template="default", wait_timeout=WAIT)
+    assert r.exit_code == 1 and b"ValueError: boom" in r.stderr, r
+    r = client.run(shell="true", template="no-such-template", wait_timeout=WAIT)
+    assert r.outcome == "error" and r.error is not None and r.error.code == "bad_field", r
+
+
 def test_binary_output(client: Client) -> None:
     r = run_shell(client, r"printf '\377\000\001'")
     assert r.ok and r.stdout == b"\xff\x00\x01"
