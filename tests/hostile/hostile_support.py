@@ -1,5 +1,5 @@
 """Shared helpers of the hostile-code suite: every test runs attacks as real jobs through a real
-sandpoold (real Redis, real sandboxes), following /work/shared/reference/hostile-tests.md and going
+sandpoold (real Redis, real sandboxes), following shared/reference/hostile-tests.md (beside the repository) and going
 beyond it. Findings are listed in FINDINGS.md next to this file.
 
 One private Redis per session and ONE daemon per test module, with small limits so that every
