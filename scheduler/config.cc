@@ -56,6 +56,15 @@ std::function<Status(DaemonConfig*, const std::string&)> Size(uint64_t* (*get)(D
   };
 }
 
+// "0.5" CPUs -> a CFS quota of half the period.
+Status SetCpus(const std::string& v, CgroupLimits* limits) {
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || *end != '\0' || !(d > 0.0) || d > 1024) return Status::Error("cpus must be a positive number");
+  limits->cpu_quota_us = static_cast<uint64_t>(std::llround(d * static_cast<double>(limits->cpu_period_us)));
+  return Status::Ok();
+}
+
 std::function<Status(DaemonConfig*, const std::string&)> Num(uint64_t* (*get)(DaemonConfig*)) {
   return [get](DaemonConfig* c, const std::string& v) {
     auto n = ParseUint(v);
@@ -106,13 +115,8 @@ const std::vector<Option>& Options() {
        }},
       {"memory", "memory limit per sandbox", Size(+[](DaemonConfig* c) { return &c->sandbox.cgroup.memory_bytes; })},
       {"pids", "process/thread limit per sandbox", Num(+[](DaemonConfig* c) { return &c->sandbox.cgroup.pids; })},
-      {"cpus", "CPU quota per sandbox, in CPUs (e.g. 0.5)", [](DaemonConfig* c, const std::string& v) {
-         char* end = nullptr;
-         double d = std::strtod(v.c_str(), &end);
-         if (end == v.c_str() || *end != '\0' || !(d > 0.0) || d > 1024) return Status::Error("cpus must be a positive number");
-         c->sandbox.cgroup.cpu_quota_us = static_cast<uint64_t>(std::llround(d * static_cast<double>(c->sandbox.cgroup.cpu_period_us)));
-         return Status::Ok();
-       }},
+      {"cpus", "CPU quota per sandbox, in CPUs (e.g. 0.5)",
+       [](DaemonConfig* c, const std::string& v) { return SetCpus(v, &c->sandbox.cgroup); }},
       {"max-memory", "largest memory limit a job may ask for (default: --memory)", Size(+[](DaemonConfig* c) { return &c->limits.max_memory_bytes; })},
       {"max-pids", "largest pids limit a job may ask for (default: --pids)", Num(+[](DaemonConfig* c) { return &c->limits.max_pids; })},
       {"max-cpu-time-ms", "largest CPU-time limit a job may ask for", Num(+[](DaemonConfig* c) { return &c->limits.max_cpu_time_ms; })},
@@ -204,10 +208,7 @@ Status ApplyTemplateKey(TemplateConfig* t, const std::string& key, const std::st
   } else if (key == "pids") {
     SP_RETURN_IF_ERROR(num(&t->sandbox.cgroup.pids));
   } else if (key == "cpus") {
-    char* end = nullptr;
-    double d = std::strtod(value.c_str(), &end);
-    if (end == value.c_str() || *end != '\0' || !(d > 0.0) || d > 1024) return Status::Error("cpus must be a positive number");
-    t->sandbox.cgroup.cpu_quota_us = static_cast<uint64_t>(std::llround(d * static_cast<double>(t->sandbox.cgroup.cpu_period_us)));
+    SP_RETURN_IF_ERROR(SetCpus(value, &t->sandbox.cgroup));
   } else if (key == "cpu-time-ms") {
     SP_RETURN_IF_ERROR(num(&t->sandbox.cpu_time_ms));
   } else if (key == "work-size") {

@@ -220,6 +220,13 @@ size_t Daemon::BacklogSize() const {
   return n;
 }
 
+size_t Daemon::ReadCapacity() const {
+  size_t ready = 0;
+  for (const auto& s : slots_) ready += s->active && s->state() == Slot::State::kReady;
+  size_t waiting = BacklogSize();
+  return ready > waiting ? ready - waiting : 0;
+}
+
 uint32_t Daemon::PoolSize(uint32_t tmpl) const {
   uint32_t n = 0;
   for (const auto& s : slots_) n += s->active && s->template_index() == tmpl;
@@ -370,12 +377,8 @@ void Daemon::MaybeRead() {
     ReadOwnPending();
     return;
   }
-  // Take no more than can start now: entries already waiting for a pool count against it.
-  size_t ready = 0;
-  for (auto& s : slots_) ready += s->active && s->state() == Slot::State::kReady;
-  size_t waiting = BacklogSize();
-  if (ready <= waiting) return;
-  ready -= waiting;
+  size_t ready = ReadCapacity();
+  if (ready == 0) return;
   read_in_flight_ = true;
   reader_->Command({"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT", std::to_string(ready),
                     "BLOCK", std::to_string(kBlockMs), "STREAMS", stream_, ">"},
@@ -727,10 +730,8 @@ void Daemon::Heartbeat() {
 
 void Daemon::Reclaim() {
   if (draining_ || !group_ready_) return;
-  size_t ready = 0;
-  for (auto& s : slots_) ready += s->state() == Slot::State::kReady;
-  if (ready <= BacklogSize()) return;
-  ready -= BacklogSize();
+  size_t ready = ReadCapacity();
+  if (ready == 0) return;
   cmd_->Command({"XAUTOCLAIM", stream_, std::string(Keys::kGroup), config_.consumer, std::to_string(config_.lease_ms),
                  "0-0", "COUNT", std::to_string(ready)},
                 [this](redisReply* r) {

@@ -120,6 +120,8 @@ class Daemon {
   std::vector<std::unique_ptr<Slot>> slots_;
   std::map<uint32_t, int> respawn_backoff_ms_;
   size_t BacklogSize() const;
+  // Entries this daemon can take now: ready slots minus entries already waiting for a pool.
+  size_t ReadCapacity() const;
 
   bool group_ready_ = false;
   bool read_in_flight_ = false;

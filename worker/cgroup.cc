@@ -237,9 +237,7 @@ Result<SlotCgroup> SlotCgroup::Create(const CgroupLayout& layout, uint32_t slot,
     cg.dir_fds_[ctrl] = fd;
   }
   if (cg.mode_ == CgroupMode::kV2) {
-    cg.v2_dir_.reset(::open(cg.dirs_[""].c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!cg.v2_dir_) return ErrnoStatus("open " + cg.dirs_[""]);
-    cg.v2_peak_.reset(::openat(cg.v2_dir_.get(), "memory.peak", O_RDWR | O_CLOEXEC));
+    cg.v2_peak_.reset(::openat(cg.dir_fds_[""]->get(), "memory.peak", O_RDWR | O_CLOEXEC));
   }
   cg.limits_ = limits;
   if (cg.mode_ == CgroupMode::kV1) {

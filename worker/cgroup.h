@@ -98,7 +98,6 @@ class SlotCgroup {
   // The same directories as fds: the keeper pivots into the sandbox root after creating its
   // cgroup, and from then on reaches cgroupfs only through these.
   std::map<std::string, std::shared_ptr<UniqueFd>> dir_fds_;
-  UniqueFd v2_dir_;
   // v2: memory.peak resets per open file (6.12+), so one fd is kept for reset and reads.
   UniqueFd v2_peak_;
   CgroupLimits limits_;

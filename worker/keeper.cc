@@ -214,10 +214,7 @@ class Keeper {
       ex.exec_errno = exec_errno == 0 ? ENOENT : exec_errno;
       ex.exec_stage = exec_stage;
     }
-    std::string report;
-    char buf[256];
-    SetNonBlocking(sb_.status.get()).ok();
-    for (ssize_t r; (r = ::read(sb_.status.get(), buf, sizeof buf)) > 0;) report.append(buf, static_cast<size_t>(r));
+    std::string report = DrainStatus(sb_.status.get());
     if (report.size() >= 1 + sizeof(InitReport) && report[0] == 'S') {
       InitReport ir;
       std::memcpy(&ir, report.data() + 1, sizeof ir);

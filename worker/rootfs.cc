@@ -39,15 +39,6 @@ Status Mount(const char* src, const std::string& dst, const char* type, unsigned
   return Status::Ok();
 }
 
-Status MkdirP(const std::string& path, mode_t mode) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      std::string part = path.substr(0, i);
-      if (::mkdir(part.c_str(), mode) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + part);
-    }
-  }
-  return Status::Ok();
-}
 
 Status WriteNewFile(const std::string& path, std::string_view content) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
@@ -131,6 +122,16 @@ Status BuildEtc(const SandboxConfig& config) {
 }
 
 }  // namespace
+
+Status MkdirP(const std::string& path, mode_t mode) {
+  for (size_t i = 1; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      std::string part = path.substr(0, i);
+      if (::mkdir(part.c_str(), mode) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + part);
+    }
+  }
+  return Status::Ok();
+}
 
 Status BuildKeeperRoot(const SandboxConfig& config) {
   // Nothing we mount may propagate back to the host.

@@ -14,12 +14,18 @@
 // sandbox's own /proc covers it.
 #pragma once
 
+#include <sys/types.h>
+
+#include <string>
+
 #include "common/status.h"
 #include "worker/sandbox_config.h"
 
 namespace sandpool {
 
 Status BuildKeeperRoot(const SandboxConfig& config);
+// mkdir -p: creates `path` and its missing parents with `mode`; existing ones are fine.
+Status MkdirP(const std::string& path, mode_t mode);
 Status MountSandboxFilesystems(const SandboxConfig& config);
 
 }  // namespace sandpool

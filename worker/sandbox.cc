@@ -260,7 +260,8 @@ Status WriteProcFile(pid_t pid, const char* name, const std::string& value) {
   return Status::Ok();
 }
 
-// Reads what init wrote on the status pipe after it exited; empty if nothing.
+}  // namespace
+
 std::string DrainStatus(int fd) {
   std::string out;
   char buf[512];
@@ -272,8 +273,6 @@ std::string DrainStatus(int fd) {
   }
   return out;
 }
-
-}  // namespace
 
 void KillSandbox(const Sandbox& sb) {
   if (sb.pidfd) ::syscall(SYS_pidfd_send_signal, sb.pidfd.get(), SIGKILL, nullptr, 0);

@@ -52,6 +52,9 @@ struct Sandbox {
 Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotCgroup& cgroup,
                                const SeccompProgram* seccomp);
 
+// Reads everything init wrote on its status pipe (call after init exited); empty if nothing.
+std::string DrainStatus(int fd);
+
 // Kills init (and so the whole sandbox) through its pidfd; harmless if already dead.
 void KillSandbox(const Sandbox& sb);
 

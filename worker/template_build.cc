@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "worker/messages.h"
+#include "worker/rootfs.h"
 
 namespace sandpool {
 
@@ -36,13 +37,7 @@ Status PrepareLayerDir(const std::string& layer_dir, uint32_t uid) {
     std::string aside = layer_dir + ".failed-" + std::to_string(WallMs());
     if (::rename(layer_dir.c_str(), aside.c_str()) != 0) return ErrnoStatus("rename " + layer_dir);
   }
-  std::string parent = layer_dir.substr(0, layer_dir.rfind('/'));
-  for (size_t i = 1; i <= parent.size(); ++i) {
-    if (i == parent.size() || parent[i] == '/') {
-      std::string part = parent.substr(0, i);
-      if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + part);
-    }
-  }
+  SP_RETURN_IF_ERROR(MkdirP(layer_dir.substr(0, layer_dir.rfind('/')), 0755));
   if (::mkdir(layer_dir.c_str(), 0755) != 0) return ErrnoStatus("mkdir " + layer_dir);
   if (::chown(layer_dir.c_str(), uid, uid) != 0) return ErrnoStatus("chown " + layer_dir);
   return Status::Ok();
