@@ -1,5 +1,6 @@
 #include "scheduler/config.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -227,6 +228,15 @@ Status ApplyTemplateKey(TemplateConfig* t, const std::string& key, const std::st
       return Status::Error("layer must be an absolute path outside /usr /etc /dev /proc /work /tmp (e.g. /opt)");
     }
     t->sandbox.layer_mount = value;
+  } else if (key == "root") {
+    struct stat st;
+    if (value.size() < 2 || value[0] != '/' || value.find("..") != std::string::npos) {
+      return Status::Error("root must be an absolute host path (a prepared root directory)");
+    }
+    if (::stat(value.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return Status::Error("root " + value + " is not a directory");
+    t->sandbox.root_dir = value;
+  } else if (key == "upper-size") {
+    SP_RETURN_IF_ERROR(size(&t->sandbox.upper_bytes));
   } else if (key == "dirs") {
     std::istringstream words(value);
     for (std::string d; words >> d;) {

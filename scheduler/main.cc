@@ -58,16 +58,26 @@ int main(int argc, char** argv) {
     size_t tmpl;
     uint32_t config_index;
     std::string dir;
+    uint32_t slot;
   };
   std::vector<Build> builds;
+  uint32_t layered = 0;
   for (TemplateConfig& t : config.templates) {
     if (!t.setup.empty()) {
-      std::vector<std::string> parts = {"layer-v1", t.name, t.sandbox.layer_mount, t.sandbox.runtime};
+      // The template's build slot, past the pools' range: its users own the layer's files
+      // (each pool slot sees them as its own users through an idmapped mount), so the owner is
+      // part of the layer's identity like everything else that shapes it.
+      uint32_t build_slot = config.max_sandboxes + layered++;
+      t.sandbox.layer_owner_base = config.sandbox.host_id_base + 2 * build_slot;
+      std::vector<std::string> parts = {"layer-v2", t.name, t.sandbox.layer_mount, t.sandbox.runtime,
+                                        t.sandbox.root_dir, std::to_string(t.sandbox.layer_owner_base)};
       parts.insert(parts.end(), t.env.begin(), t.env.end());
       parts.insert(parts.end(), t.setup.begin(), t.setup.end());
       std::string dir = config.state_dir + "/templates/" + t.name + "-" + LayerHash(parts);
       t.sandbox.layer_host_dir = dir + "/layer";
-      if (::access((dir + "/complete").c_str(), F_OK) != 0) builds.push_back({static_cast<size_t>(&t - &config.templates[0]), 0, dir});
+      if (::access((dir + "/complete").c_str(), F_OK) != 0) {
+        builds.push_back({static_cast<size_t>(&t - &config.templates[0]), 0, dir, build_slot});
+      }
     }
     templates.push_back(t.sandbox);
   }
@@ -86,8 +96,8 @@ int main(int argc, char** argv) {
   for (size_t k = 0; k < builds.size(); ++k) {
     const Build& b = builds[k];
     const TemplateConfig& t = config.templates[b.tmpl];
-    uint32_t slot = config.max_sandboxes + static_cast<uint32_t>(k);
-    uint32_t job_uid = config.sandbox.host_id_base + 2 * slot + 1;
+    uint32_t slot = b.slot;
+    uint32_t job_uid = t.sandbox.layer_owner_base + 1;
     LogInfo("building template layer", {{"template", t.name}, {"dir", b.dir}});
     std::string script = "set -e\n";
     for (const std::string& line : t.setup) script += line + "\n";

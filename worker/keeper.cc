@@ -52,7 +52,7 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup) {
   if (::unshare(CLONE_NEWNET) != 0) return ErrnoStatus("unshare(CLONE_NEWNET)");
   SP_RETURN_IF_ERROR(BringUpLoopback());
   if (::unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare(CLONE_NEWNS)");
-  return BuildKeeperRoot(a.config).Prefixed("sandbox root");
+  return BuildKeeperRoot(a.config, a.slot).Prefixed("sandbox root");
 }
 
 class Keeper {

@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <glob.h>
+#include <linux/mount.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +20,15 @@ namespace {
 // The staging mount point inside the keeper's private mount namespace. /tmp always exists; the
 // host's /tmp is untouched (the mount is private to the keeper's namespace).
 constexpr const char* kStage = "/tmp";
+
+// Inside the base root, out of the way of anything an image or a job uses: the idmapped lower
+// layers (read-only, prepared by the keeper), the per-sandbox copy-on-write tmpfs and the merged
+// root of a prepared-root template (both mounted by each sandbox's init).
+constexpr const char* kHidden = "/.sandpool";
+constexpr const char* kLowerRoot = "/.sandpool/root";
+constexpr const char* kLowerLayer = "/.sandpool/layer";
+constexpr const char* kCow = "/.sandpool/cow";
+constexpr const char* kMerged = "/.sandpool/merged";
 
 // Public, secret-free files from the host's /etc that programs need (dynamic loader, time zone,
 // certificates for a future egress policy, per-language config). Anything not listed is absent.
@@ -39,6 +51,87 @@ Status Mount(const char* src, const std::string& dst, const char* type, unsigned
   return Status::Ok();
 }
 
+
+// A user namespace used only as the id mapping of idmapped mounts: `map` ("inside host count"
+// lines) becomes its uid_map and gid_map. A throwaway child creates it; its ns file keeps it.
+Result<UniqueFd> IdMapUserns(const std::string& map) {
+  auto ready = MakePipe();
+  if (!ready.ok()) return ready.status();
+  auto hold = MakePipe();
+  if (!hold.ok()) return hold.status();
+  pid_t child = ::fork();
+  if (child < 0) return ErrnoStatus("fork");
+  if (child == 0) {
+    // Only async-signal-safe calls: the keeper is single-threaded, but keep to the rule.
+    char c = ::unshare(CLONE_NEWUSER) == 0 ? 'u' : 'e';
+    (void)!::write(ready->write.get(), &c, 1);
+    (void)!::read(hold->read.get(), &c, 1);
+    ::_exit(0);
+  }
+  ready->write.reset();
+  hold->read.reset();
+  auto reap = [child] {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  };
+  char c = 0;
+  if (::read(ready->read.get(), &c, 1) != 1 || c != 'u') {
+    reap();
+    return Status::Error("idmap user namespace: unshare(CLONE_NEWUSER) failed");
+  }
+  std::string proc = "/proc/" + std::to_string(child) + "/";
+  Status s = Status::Ok();
+  for (const char* f : {"uid_map", "gid_map"}) {
+    UniqueFd fd(::open((proc + f).c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd || ::write(fd.get(), map.data(), map.size()) != static_cast<ssize_t>(map.size())) {
+      s = ErrnoStatus("write " + proc + f);
+      break;
+    }
+  }
+  UniqueFd ns;
+  if (s.ok()) {
+    ns.reset(::open((proc + "ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ns) s = ErrnoStatus("open " + proc + "ns/user");
+  }
+  reap();
+  if (!s.ok()) return s;
+  return ns;
+}
+
+// Mounts a read-only, nosuid, nodev clone of the directory `dir_fd` at `dst`, its file owners
+// translated through `userns` (an idmapped mount: the files on disk are not touched).
+Status MountIdmapped(int dir_fd, const std::string& dst, int userns) {
+  UniqueFd tree(static_cast<int>(::syscall(SYS_open_tree, dir_fd, "",
+                                           OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)));
+  if (!tree) return ErrnoStatus("open_tree for " + dst);
+  struct mount_attr attr = {};
+  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  attr.userns_fd = static_cast<uint64_t>(userns);
+  if (::syscall(SYS_mount_setattr, tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
+    return ErrnoStatus("idmap mount for " + dst + " (the file system must support idmapped mounts)");
+  }
+  if (::syscall(SYS_move_mount, tree.get(), "", AT_FDCWD, dst.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    return ErrnoStatus("move_mount " + dst);
+  }
+  return Status::Ok();
+}
+
+Status MountOverlay(const std::string& dst, const std::string& lower, const std::string& cow_name) {
+  std::string upper = std::string(kCow) + "/" + cow_name;
+  SP_RETURN_IF_ERROR(MkdirP(upper + "/u", 0755));
+  SP_RETURN_IF_ERROR(MkdirP(upper + "/w", 0755));
+  // The merged directory's owner and mode are the upper's: give it the lower's, so the layer's
+  // top directory stays its owner's (the job's, for a layer setup made).
+  struct stat st;
+  if (::stat(lower.c_str(), &st) != 0) return ErrnoStatus("stat " + lower);
+  if (::chown((upper + "/u").c_str(), st.st_uid, st.st_gid) != 0 || ::chmod((upper + "/u").c_str(), st.st_mode & 07777) != 0) {
+    return ErrnoStatus("chown " + upper + "/u");
+  }
+  // userxattr: overlay keeps its whiteouts and opaque markers in user.* xattrs, the only ones a
+  // user namespace may set (tmpfs has them).
+  std::string opts = "lowerdir=" + lower + ",upperdir=" + upper + "/u,workdir=" + upper + "/w,userxattr";
+  return Mount("overlay", dst, "overlay", MS_NOSUID | MS_NODEV, opts.c_str());
+}
 
 Status WriteNewFile(const std::string& path, std::string_view content) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
@@ -133,35 +226,63 @@ Status MkdirP(const std::string& path, mode_t mode) {
   return Status::Ok();
 }
 
-Status BuildKeeperRoot(const SandboxConfig& config) {
+Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot) {
   // Nothing we mount may propagate back to the host.
   SP_RETURN_IF_ERROR(Mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr));
-  // The layer is opened before the stage covers /tmp (a state directory may live below it).
-  UniqueFd layer;
+  // Host directories are opened before the stage covers /tmp (they may live below it).
+  UniqueFd layer, root;
   if (!config.layer_host_dir.empty()) {
     layer.reset(::open(config.layer_host_dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!layer) return ErrnoStatus("open layer " + config.layer_host_dir);
   }
+  if (!config.root_dir.empty()) {
+    root.reset(::open(config.root_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root) return ErrnoStatus("open root " + config.root_dir);
+  }
   SP_RETURN_IF_ERROR(Mount("sandpool-root", kStage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755"));
-  for (const std::string& d : config.ro_dirs) SP_RETURN_IF_ERROR(BindReadOnly(d, true));
-  SP_RETURN_IF_ERROR(BuildEtc(config));
-  SP_RETURN_IF_ERROR(BuildDev());
   std::string stage(kStage);
+  if (config.root_dir.empty()) {
+    for (const std::string& d : config.ro_dirs) SP_RETURN_IF_ERROR(BindReadOnly(d, true));
+    SP_RETURN_IF_ERROR(BuildEtc(config));
+  }
+  SP_RETURN_IF_ERROR(BuildDev());
   for (const char* d : {"/work", "/tmp", "/proc", "/root", "/var", "/var/tmp", "/.old"}) {
     SP_RETURN_IF_ERROR(MkdirP(stage + d, 0755));
   }
   ::chmod((stage + "/tmp").c_str(), 01777);
   ::chmod((stage + "/var/tmp").c_str(), 01777);
   SP_RETURN_IF_ERROR(Mount("/proc", stage + "/proc", nullptr, MS_BIND, nullptr));
-  if (!config.layer_host_dir.empty()) {
-    // The template's layer, part of the base root every sandbox copies: no per-sandbox cost.
-    std::string dst = stage + config.layer_mount;
-    SP_RETURN_IF_ERROR(MkdirP(dst, 0755));
-    std::string src = "/proc/self/fd/" + std::to_string(layer.get());
-    SP_RETURN_IF_ERROR(Mount(src.c_str(), dst, nullptr, MS_BIND, nullptr));
-    unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (config.layer_writable ? 0 : MS_RDONLY);
-    SP_RETURN_IF_ERROR(Mount(nullptr, dst, nullptr, flags, nullptr));
+  // Ids of this slot's sandboxes: their root and their job user.
+  const uint32_t sroot = config.host_id_base + 2 * slot, sjob = sroot + 1;
+  if (root) {
+    // The image's own uid 0 and 1000 become the sandbox's root and job user, so init can lay
+    // out the merged root and the job owns what the image gave user 1000.
+    auto ns = IdMapUserns("0 " + std::to_string(sroot) + " 1\n1000 " + std::to_string(sjob) + " 1\n");
+    if (!ns.ok()) return ns.status().Prefixed("root " + config.root_dir);
+    for (const char* d : {kLowerRoot, kMerged}) SP_RETURN_IF_ERROR(MkdirP(stage + d, 0755));
+    SP_RETURN_IF_ERROR(MountIdmapped(root.get(), stage + kLowerRoot, ns->get()).Prefixed("root " + config.root_dir));
   }
+  if (layer) {
+    // With a prepared root, the layer is bound into the merged root by each sandbox's init.
+    bool direct = config.layer_writable && config.root_dir.empty();
+    std::string at = stage + (direct ? config.layer_mount : std::string(kLowerLayer));
+    SP_RETURN_IF_ERROR(MkdirP(at, 0755));
+    if (config.layer_writable) {
+      // The build: its setup commands write the layer itself, as the build slot's users.
+      std::string src = "/proc/self/fd/" + std::to_string(layer.get());
+      SP_RETURN_IF_ERROR(Mount(src.c_str(), at, nullptr, MS_BIND, nullptr));
+      SP_RETURN_IF_ERROR(Mount(nullptr, at, nullptr, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, nullptr));
+    } else {
+      // Jobs: the files the build slot's users made are this slot's users' files here, read-only;
+      // each sandbox lays its own copy-on-write upper over them (MountSandboxFilesystems).
+      uint32_t b = config.layer_owner_base;
+      auto ns = IdMapUserns(std::to_string(b) + " " + std::to_string(sroot) + " 2\n");
+      if (!ns.ok()) return ns.status().Prefixed("layer");
+      SP_RETURN_IF_ERROR(MountIdmapped(layer.get(), at, ns->get()).Prefixed("layer"));
+      if (config.root_dir.empty()) SP_RETURN_IF_ERROR(MkdirP(stage + config.layer_mount, 0755));
+    }
+  }
+  if (layer || root) SP_RETURN_IF_ERROR(MkdirP(stage + kCow, 0755));
   if (::syscall(SYS_pivot_root, kStage, (stage + "/.old").c_str()) != 0) return ErrnoStatus("pivot_root");
   if (::chdir("/") != 0) return ErrnoStatus("chdir /");
   if (::umount2("/.old", MNT_DETACH) != 0) return ErrnoStatus("umount /.old");
@@ -169,10 +290,53 @@ Status BuildKeeperRoot(const SandboxConfig& config) {
   return Mount(nullptr, "/", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr);
 }
 
+bool HasCopyOnWriteRoot(const SandboxConfig& config) { return !config.root_dir.empty(); }
+
+bool HasCopyOnWriteLayer(const SandboxConfig& config) {
+  return !config.layer_host_dir.empty() && !config.layer_writable;
+}
+
 Status MountSandboxFilesystems(const SandboxConfig& config) {
   auto opts = [&](uint64_t bytes, const char* mode) {
     return "size=" + std::to_string(bytes) + ",nr_inodes=" + std::to_string(config.inodes) + ",mode=" + mode;
   };
+  const bool cow_root = HasCopyOnWriteRoot(config), cow_layer = HasCopyOnWriteLayer(config);
+  if (cow_root || cow_layer) {
+    // One size-capped tmpfs holds this sandbox's upper layers; it dies with the sandbox's mount
+    // namespace, so nothing a job changed reaches the next one or the host.
+    SP_RETURN_IF_ERROR(Mount("cow", kCow, "tmpfs", MS_NOSUID | MS_NODEV, opts(config.upper_bytes, "0755").c_str()));
+  }
+  if (cow_root) {
+    // The merged root: the image, copy-on-write. Mount points the sandbox needs are made in the
+    // upper layer when the image lacks them; /dev is the keeper's.
+    SP_RETURN_IF_ERROR(MountOverlay(kMerged, kLowerRoot, "root"));
+    const std::string m(kMerged);
+    for (const char* d : {"/work", "/tmp", "/var/tmp", "/proc", "/dev", "/.old"}) SP_RETURN_IF_ERROR(MkdirP(m + d, 0755));
+    SP_RETURN_IF_ERROR(Mount("/dev", m + "/dev", nullptr, MS_BIND | MS_REC, nullptr));
+    // The sandbox's own names, where the image has an /etc (best effort: an image may make
+    // them links, which are not followed).
+    (void)WriteNewFile(m + "/etc/hostname", config.hostname + "\n");
+    (void)WriteNewFile(m + "/etc/hosts", "127.0.0.1\tlocalhost " + config.hostname + "\n::1\tlocalhost\n");
+    if (!config.layer_host_dir.empty()) SP_RETURN_IF_ERROR(MkdirP(m + config.layer_mount, 0755));
+    if (config.layer_writable && !config.layer_host_dir.empty()) {
+      // A build over a prepared root: setup writes the layer itself.
+      SP_RETURN_IF_ERROR(Mount(kLowerLayer, m + config.layer_mount, nullptr, MS_BIND | MS_REC, nullptr));
+    }
+  }
+  if (cow_layer) {
+    std::string at = (cow_root ? std::string(kMerged) : std::string()) + config.layer_mount;
+    SP_RETURN_IF_ERROR(MountOverlay(at, kLowerLayer, "layer"));
+  }
+  if (cow_root || cow_layer) {
+    // The overlays hold their own references to the upper; the job needs no second way in.
+    if (::umount2(kCow, MNT_DETACH) != 0) return ErrnoStatus(std::string("umount ") + kCow);
+  }
+  if (cow_root) {
+    // The old root stays attached at /.old until the new /proc is mounted: the kernel mounts a
+    // proc in a user namespace only while a fully visible one (the keeper's bind) exists.
+    if (::syscall(SYS_pivot_root, kMerged, (std::string(kMerged) + "/.old").c_str()) != 0) return ErrnoStatus("pivot_root");
+    if (::chdir("/") != 0) return ErrnoStatus("chdir /");
+  }
   SP_RETURN_IF_ERROR(Mount("work", "/work", "tmpfs", MS_NOSUID | MS_NODEV,
                            (opts(config.work_bytes, "0755") + ",uid=1000,gid=1000").c_str()));
   SP_RETURN_IF_ERROR(Mount("tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts(config.tmp_bytes, "1777").c_str()));
@@ -189,6 +353,10 @@ Status MountSandboxFilesystems(const SandboxConfig& config) {
   for (const char* d : {"/proc/acpi", "/proc/scsi", "/proc/irq", "/proc/bus"}) {
     if (::access(d, F_OK) != 0) continue;
     SP_RETURN_IF_ERROR(Mount("masked", d, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555"));
+  }
+  if (cow_root) {
+    if (::umount2("/.old", MNT_DETACH) != 0) return ErrnoStatus("umount /.old");
+    if (::rmdir("/.old") != 0) return ErrnoStatus("rmdir /.old");
   }
   return Status::Ok();
 }

@@ -7,9 +7,15 @@
 // a copy of this one, so nothing of the host filesystem beyond these binds exists for it; the
 // copy is owned by a less privileged user namespace, which locks every mount in it.
 //
+// With a template layer or a prepared root directory (root_dir), the keeper also mounts them,
+// read-only and idmapped (their owners translated to this slot's sandbox root and job user), under
+// /.sandpool in the base root. ro_dirs and the synthesized /etc are not used with a root_dir.
+//
 // MountSandboxFilesystems (per sandbox, in its init, inside its user and mount namespaces):
-// mounts the size-capped tmpfs /work, /tmp and /dev/shm and a fresh /proc for its pid
-// namespace. The keeper root keeps a non-recursive bind of the host /proc at /proc only because
+// lays a copy-on-write overlay over the layer (at layer_mount) and over a prepared root (which
+// then becomes the sandbox's root by pivot_root), their upper layers on one tmpfs capped at
+// upper_bytes; mounts the size-capped tmpfs /work, /tmp and /dev/shm and a fresh /proc for its
+// pid namespace. The keeper root keeps a non-recursive bind of the host /proc at /proc only because
 // the kernel mounts a new proc in a user namespace only while a fully visible one exists; the
 // sandbox's own /proc covers it.
 #pragma once
@@ -23,9 +29,13 @@
 
 namespace sandpool {
 
-Status BuildKeeperRoot(const SandboxConfig& config);
+Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot);
 // mkdir -p: creates `path` and its missing parents with `mode`; existing ones are fine.
 Status MkdirP(const std::string& path, mode_t mode);
 Status MountSandboxFilesystems(const SandboxConfig& config);
+// Whether a sandbox of `config` gets a copy-on-write root / layer (and so a writable "/" or
+// layer_mount whose space counts toward disk_full).
+bool HasCopyOnWriteRoot(const SandboxConfig& config);
+bool HasCopyOnWriteLayer(const SandboxConfig& config);
 
 }  // namespace sandpool

@@ -238,9 +238,12 @@ std::string EnvValue(const std::vector<std::string>& env, std::string_view name)
     if (pid != stub) continue;  // reap orphans of the job
     InitReport r{};
     r.wait_status = st;
-    for (const char* dir : {"/work", "/tmp", "/var/tmp", "/dev/shm"}) {
+    // An overlay reports its upper layer's space.
+    const char* cow_dirs[] = {HasCopyOnWriteRoot(config) ? "/" : nullptr,
+                              HasCopyOnWriteLayer(config) ? config.layer_mount.c_str() : nullptr};
+    for (const char* dir : {"/work", "/tmp", "/var/tmp", "/dev/shm", cow_dirs[0], cow_dirs[1]}) {
       struct statvfs v;
-      if (::statvfs(dir, &v) == 0 && (v.f_bavail == 0 || v.f_favail == 0)) r.disk_full = 1;
+      if (dir != nullptr && ::statvfs(dir, &v) == 0 && (v.f_bavail == 0 || v.f_favail == 0)) r.disk_full = 1;
     }
     char buf[1 + sizeof r];
     buf[0] = 'S';

@@ -31,11 +31,24 @@ struct SandboxConfig {
   // Host directories bound read-only at the same path (merged-/usr symlinks such as /bin are
   // recreated as symlinks). /etc is synthesized; see rootfs.cc for what it contains.
   std::vector<std::string> ro_dirs = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
-  // A template's baked layer: the host directory its setup commands filled, mounted at
-  // layer_mount (read-only; writable only while the layer is being built).
+  // A prepared root directory (an unpacked image with its own /usr, /bin, /etc ...) used as the
+  // sandbox's root instead of the host binds above (ro_dirs and the synthesized /etc are then
+  // not used). Read-only on the host; every sandbox sees it through its own copy-on-write
+  // overlay. Files the image's uid 0 and 1000 own belong to the sandbox's root and job user.
+  std::string root_dir;
+  // A template's baked layer: the host directory its setup commands filled. Jobs see it at
+  // layer_mount as the lower layer of a per-sandbox overlay (copy-on-write: a job may change
+  // what setup made, and nobody else sees the change); while the layer is being built it is
+  // bound writable there instead (layer_writable).
   std::string layer_host_dir;
   std::string layer_mount = "/opt";
   bool layer_writable = false;
+  // Host uid/gid of the build sandbox's root (its job user is +1): the owner of the layer's
+  // files. Each slot sees them through an idmapped mount as its own sandbox root and job user.
+  uint32_t layer_owner_base = 0;
+  // Size cap of each sandbox's copy-on-write upper layer (tmpfs), shared by the layer overlay
+  // and the prepared-root overlay.
+  uint64_t upper_bytes = 64ull << 20;
 };
 
 }  // namespace sandpool

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -30,6 +31,8 @@ class SandboxTest : public ::testing::Test {
  protected:
   virtual const char* CgroupMode() const { return "auto"; }
   virtual const char* Runtime() const { return ""; }
+  // Per-fixture changes to the sandbox definition, made before the keeper is spawned.
+  virtual void Configure(SandboxConfig&) {}
   JobRun RunCode(const std::string& code, const std::string& stdin_data = "") {
     return Run({}, stdin_data, false, "code", code);
   }
@@ -43,6 +46,8 @@ class SandboxTest : public ::testing::Test {
     layout_ = *layout;
     config_.host_id_base = 300000;
     config_.runtime = Runtime();
+    Configure(config_);
+    if (HasFatalFailure() || IsSkipped()) return;
     auto sp = StartSpawner({config_}, layout_);
     ASSERT_TRUE(sp.ok()) << sp.status().message();
     spawner_pid_ = sp->pid;
@@ -384,6 +389,107 @@ TEST_F(NodeZygoteTest, CodeRunsLikeNodeDashE) {
   EXPECT_NE(exc.err.find("Error: boom"), std::string::npos) << exc.err;
   JobRun code = RunCode("process.exitCode = 4");
   EXPECT_EQ(WEXITSTATUS(code.exited.wait_status), 4);
+}
+
+// Template layers: setup's output, owned on the host by the build slot's users, is the lower
+// layer of a per-sandbox overlay. A job may change it; nobody else sees the change.
+class LayerTest : public SandboxTest {
+ protected:
+  static constexpr uint32_t kBuildSlot = 5;
+  void Configure(SandboxConfig& c) override {
+    dir_ = "/tmp/sandpool-layer-test-" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir_);
+    layer_ = dir_ + "/layer";
+    const uid_t owner = c.host_id_base + 2 * kBuildSlot + 1;  // the build's job user
+    ASSERT_TRUE(std::filesystem::create_directories(layer_ + "/lib"));
+    std::ofstream(layer_ + "/greeting") << "hello\n";
+    std::ofstream(layer_ + "/lib/mod.txt") << "module\n";
+    for (const char* p : {"", "/lib", "/greeting", "/lib/mod.txt"}) {
+      ASSERT_EQ(::chown((layer_ + p).c_str(), owner, owner), 0) << p;
+    }
+    c.layer_host_dir = layer_;
+    c.layer_owner_base = c.host_id_base + 2 * kBuildSlot;
+    c.upper_bytes = 2 << 20;
+  }
+  void TearDown() override {
+    SandboxTest::TearDown();
+    std::filesystem::remove_all(dir_);
+  }
+  static std::string Slurp(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string dir_, layer_;
+};
+
+TEST_F(LayerTest, JobsChangeTheLayerCopyOnWrite) {
+  JobRun a = Run({"/bin/sh", "-c",
+                  "cat /opt/greeting; echo more >> /opt/greeting; echo new > /opt/lib/new; rm /opt/lib/mod.txt; "
+                  "stat -c '%u:%g' /opt /opt/greeting; cat /opt/greeting; ls /opt/lib"});
+  EXPECT_EQ(a.out, "hello\n1000:1000\n1000:1000\nhello\nmore\nnew\n") << a.err;
+  EXPECT_FALSE(a.exited.disk_full);
+  JobRun b = Run({"/bin/sh", "-c", "cat /opt/greeting; ls /opt/lib; ls -A /.sandpool/cow | wc -l"});
+  EXPECT_EQ(b.out, "hello\nmod.txt\n0\n") << b.err;
+  // The host's layer is untouched.
+  EXPECT_EQ(Slurp(layer_ + "/greeting"), "hello\n");
+  EXPECT_TRUE(std::filesystem::exists(layer_ + "/lib/mod.txt"));
+  EXPECT_FALSE(std::filesystem::exists(layer_ + "/lib/new"));
+}
+
+TEST_F(LayerTest, UpperLayerIsSizeCapped) {
+  JobRun r = Run({"/bin/sh", "-c", "head -c 8000000 /dev/zero > /opt/big; echo rc=$?"});
+  EXPECT_NE(r.out, "rc=0\n");
+  EXPECT_NE(r.err.find("No space left"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.exited.disk_full);
+  JobRun next = Run({"/bin/sh", "-c", "test -e /opt/big && echo LEAK; cat /opt/greeting"});
+  EXPECT_EQ(next.out, "hello\n");
+}
+
+// A prepared root directory instead of the host's: a tiny image of the host's dash and libc,
+// with a home owned by the image's user 1000.
+class PreparedRootTest : public LayerTest {
+ protected:
+  void Configure(SandboxConfig& c) override {
+    const char* const files[] = {"/bin/dash", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"};
+    for (const char* f : files) {
+      if (::access(f, R_OK) != 0) GTEST_SKIP() << "no " << f << " to build a test image from";
+    }
+    dir_ = "/tmp/sandpool-root-test-" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir_);
+    root_ = dir_ + "/root";
+    for (const char* d : {"/bin", "/lib/x86_64-linux-gnu", "/lib64", "/etc", "/home/sandbox"}) {
+      ASSERT_TRUE(std::filesystem::create_directories(root_ + d));
+    }
+    for (const char* f : files) std::filesystem::copy_file(f, root_ + f);
+    std::filesystem::create_symlink("dash", root_ + "/bin/sh");
+    std::ofstream(root_ + "/etc/image-id") << "test-image\n";
+    ASSERT_EQ(::chown((root_ + "/home/sandbox").c_str(), 1000, 1000), 0);
+    c.root_dir = root_;
+  }
+  std::string root_;
+};
+
+TEST_F(PreparedRootTest, ImageIsTheRootCopyOnWrite) {
+  JobRun a = Run({"/bin/sh", "-c",
+                  "read id < /etc/image-id; echo $id; test -e /usr/bin/python3 && echo HOST-USR; "
+                  "echo x > /home/sandbox/f && echo home-ok; (echo y > /etc/x) 2>/dev/null || echo etc-denied; "
+                  "read h < /etc/hostname; echo $h; test -r /proc/self/status && echo proc-ok; "
+                  "echo w > /work/w && echo work-ok; test -c /dev/null && echo dev-ok; test -e /.old && echo OLD-ROOT"});
+  EXPECT_EQ(a.out, "test-image\nhome-ok\netc-denied\nsandbox\nproc-ok\nwork-ok\ndev-ok\n") << a.err;
+  JobRun b = Run({"/bin/sh", "-c", "test -e /home/sandbox/f && echo LEAK; echo end"});
+  EXPECT_EQ(b.out, "end\n");
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/home/sandbox/f"));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/etc/hostname")) << "the sandbox's names live in its upper layer";
+}
+
+class PreparedRootShZygoteTest : public PreparedRootTest {
+ protected:
+  const char* Runtime() const override { return "sh"; }
+};
+
+TEST_F(PreparedRootShZygoteTest, WarmShellIsTheImagesShell) {
+  JobRun r = RunShell("read id < /etc/image-id; echo $id $(pwd)");
+  EXPECT_EQ(r.out, "test-image /work\n") << r.err;
 }
 
 }  // namespace
