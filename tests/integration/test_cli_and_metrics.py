@@ -2,6 +2,7 @@
 
 import socket
 import subprocess
+import urllib.error
 import urllib.request
 
 from sandpool_harness import SANDPOOL_CLI, wait_for
@@ -47,12 +48,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+def http_status(url):
+    """The status code, also for errors (urlopen raises on 503: not ready yet)."""
+    try:
+        return urllib.request.urlopen(url, timeout=5).status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 def test_metrics_livez_readyz(redis_server, daemons):
     port = free_port()
     daemons(workers=2, extra=["--metrics-addr", f"127.0.0.1:{port}"])
     base = f"http://127.0.0.1:{port}"
     assert urllib.request.urlopen(base + "/livez", timeout=5).status == 200
-    wait_for(lambda: urllib.request.urlopen(base + "/readyz", timeout=5).status == 200, 10, "readiness")
+    wait_for(lambda: http_status(base + "/readyz") == 200, 30, "readiness")
     assert cli(redis_server, "run", "--shell", "exit 0").returncode == 0
     assert cli(redis_server, "run", "--shell", "exit 1").returncode == 1
     body = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
