@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "worker/channel.h"
 #include "worker/messages.h"
+#include "worker/nursery.h"
 #include "worker/rootfs.h"
 #include "worker/sandbox.h"
 #include "worker/seccomp/seccomp_policy.h"
@@ -57,16 +58,18 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup) {
 
 class Keeper {
  public:
-  Keeper(const KeeperArgs& a, Channel channel, SlotCgroup cgroup, SeccompProgram seccomp)
-      : a_(a), ch_(std::move(channel)), cgroup_(std::move(cgroup)), seccomp_(std::move(seccomp)) {
+  Keeper(const KeeperArgs& a, Channel channel, SlotCgroup cgroup, SeccompProgram seccomp, UniqueFd nursery_lib)
+      : a_(a), ch_(std::move(channel)), cgroup_(std::move(cgroup)), seccomp_(std::move(seccomp)),
+        nursery_lib_(std::move(nursery_lib)) {
     ParseRuntime(a.config.runtime, &runtime_);
+    if (nursery_lib_) nursery_config_ = EncodeNurseryConfig(a.config, seccomp_);
   }
 
   [[noreturn]] void Run() {
     int backoff_ms = 50;
     for (;;) {
       int64_t t0 = MonotonicUs();
-      auto sb = PrepareSandbox(a_.config, a_.slot, cgroup_, &seccomp_);
+      auto sb = Prepare();
       if (!sb.ok()) {
         LogWarn("sandbox preparation failed", {{"slot", a_.slot}, {"error", sb.status().message()}});
         Send(MsgType::kFailed, Encode(FailedMsg{sb.status().message()}));
@@ -87,11 +90,48 @@ class Keeper {
   }
 
  private:
+  // The next sandbox: cloned by the keeper, or by the slot's nursery mother (started first if
+  // it is not running: the cold path, after start-up only when a mother died).
+  Result<Sandbox> Prepare() {
+    if (!nursery_lib_) return PrepareSandbox(a_.config, a_.slot, cgroup_, &seccomp_);
+    if (!MotherAlive()) {
+      auto m = PrepareSandbox(a_.config, a_.slot, cgroup_, &seccomp_, nursery_lib_.get());
+      if (!m.ok()) return m.status().Prefixed("nursery mother");
+      mother_ = std::move(m.value());
+      mother_.stdin_w.reset();
+      Status s = SendNurseryConfig(mother_.stub.get(), nursery_config_);
+      if (!s.ok()) return s;
+    }
+    auto sb = NurseryPrepareSandbox(mother_.stub.get(), cgroup_);
+    if (!sb.ok() && !MotherAlive()) return sb.status().Prefixed("the nursery mother died: " + MotherOutput());
+    return sb;
+  }
+
+  // Whether the nursery mother runs; reaps it (it is our child) when it does not.
+  bool MotherAlive() {
+    if (!mother_.pidfd) return false;
+    struct pollfd p = {mother_.pidfd.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) == 0) return true;
+    siginfo_t info;
+    ::waitid(P_PIDFD, static_cast<id_t>(mother_.pidfd.get()), &info, WEXITED);
+    return false;
+  }
+
+  // What a dead mother left on its stdout and stderr, for the log.
+  std::string MotherOutput() {
+    std::string out = DrainStatus(mother_.stderr_r.get()) + DrainStatus(mother_.stdout_r.get());
+    std::string init = DrainStatus(mother_.status.get());
+    if (!init.empty() && init[0] == 'F') out += " init: " + init.substr(1);
+    mother_ = Sandbox();
+    return out.size() > 2000 ? out.substr(out.size() - 2000) : out;
+  }
+
   // Kills the sandbox: init through its pidfd (the pid namespace then takes every process with
-  // it) and, on cgroup v2, everything in the slot cgroup at once with cgroup.kill as well.
+  // it) and, on cgroup v2, everything in the slot cgroup at once with cgroup.kill as well,
+  // unless the slot's nursery mother lives there too.
   void Kill() {
     KillSandbox(sb_);
-    (void)cgroup_.KillAll();
+    if (!nursery_lib_) (void)cgroup_.KillAll();
   }
 
   void Send(MsgType t, const std::string& payload, const std::vector<int>& fds = {}) {
@@ -102,6 +142,7 @@ class Keeper {
   [[noreturn]] void Exit(const std::string& why) {
     LogDebug("keeper exiting", {{"slot", a_.slot}, {"why", why}});
     Kill();
+    KillSandbox(mother_);
     if (sb_.pidfd) {
       siginfo_t info;
       ::waitid(P_PIDFD, static_cast<id_t>(sb_.pidfd.get()), &info, WEXITED);
@@ -237,6 +278,9 @@ class Keeper {
   Channel ch_;
   SlotCgroup cgroup_;
   SeccompProgram seccomp_;
+  UniqueFd nursery_lib_;        // set: python sandboxes come from the slot's nursery mother
+  std::string nursery_config_;  // what the mother is told at its start
+  Sandbox mother_;              // the nursery mother's sandbox (its stub socket is the mother's)
   Sandbox sb_;
   Runtime runtime_ = Runtime::kNone;
   uint64_t gen_ = 0;
@@ -252,6 +296,8 @@ void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
   ::signal(SIGPIPE, SIG_IGN);
   Channel ch(std::move(channel));
   SlotCgroup cgroup;
+  // Opened while the host's file system is still ours (SetUpKeeper pivots into the base root).
+  UniqueFd nursery_lib = NurseryApplies(args.config) ? OpenNurseryLibrary() : UniqueFd();
   Status s = SetUpKeeper(args, &cgroup);
   if (!s.ok()) {
     LogError("keeper set-up failed", {{"slot", args.slot}, {"error", s.message()}});
@@ -264,7 +310,7 @@ void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
     (void)ch.Send(static_cast<uint16_t>(MsgType::kFailed), Encode(FailedMsg{seccomp.status().message()}));
     ::_exit(1);
   }
-  Keeper k(args, std::move(ch), std::move(cgroup), std::move(seccomp.value()));
+  Keeper k(args, std::move(ch), std::move(cgroup), std::move(seccomp.value()), std::move(nursery_lib));
   k.Run();
 }
 

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/fd.h"
 #include "common/status.h"
@@ -49,8 +50,44 @@ struct Sandbox {
   UniqueFd stdin_w, stdout_r, stderr_r;
 };
 
+// `nursery_lib` >= 0 (an open nursery library): the sandbox's main process becomes the
+// template's nursery mother instead of a stub (nursery.h); Ready means the mother is.
 Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotCgroup& cgroup,
-                               const SeccompProgram* seccomp);
+                               const SeccompProgram* seccomp, int nursery_lib = -1);
+
+// The two ends of a sandbox's pipes and stub socket: the host's, in a Sandbox, and the six
+// init takes, in the order it expects them at fds 3-8 (sync read, status write, stub socket,
+// stdin read, stdout write, stderr write).
+struct SandboxFds {
+  Sandbox sb;
+  UniqueFd inside[6];
+};
+Result<SandboxFds> MakeSandboxFds();
+
+// The keeper's half of preparing a sandbox whose init (sb.init_pid, sb.pidfd) waits on its sync
+// pipe: puts init into the slot cgroup, writes `id_map` as its uid and gid map (unless empty:
+// a nursery's sandboxes share the mother's user namespace), lets it go and waits for the stub's
+// 'R'. On failure the sandbox is killed and init's own report, if any, returned.
+Result<Sandbox> FinishSandbox(Sandbox sb, SlotCgroup& cgroup, const std::string& id_map);
+
+// Inside a sandbox, shared by the sandboxes a keeper clones and those a nursery clones. init's
+// fds: 3 sync (read), 4 status (write), 5 stub socket, 6-8 the job's stdin, stdout, stderr.
+// InitSetUp: waits for the keeper's go, becomes sandbox root, enters its cgroup namespace, sets
+// the hostname and mounts the sandbox's filesystems; reports on the status pipe and exits on
+// failure. InitServe: given the stub's pid, drops the job's fds and reaps until the stub ends,
+// then reports its wait status and exits (which kills the pid namespace).
+void InitSetUp(const SandboxConfig& config);
+[[noreturn]] void InitServe(const SandboxConfig& config, pid_t stub);
+// The stub's confinement (fds 0-2 the job's stdio, 3 its socket): new session, no capabilities,
+// uid 1000, no_new_privs, rlimits, default signal dispositions, then the seccomp filter. A
+// failure is reported on fd 3 and exits.
+void StubPrologue(const SandboxConfig& config, const SeccompProgram* seccomp);
+// Reports "F<what>" on init's status pipe and exits.
+[[noreturn]] void InitFail(int status_fd, const std::string& what);
+// Moves `fds` to 3, 4, ... in order and closes every other fd above 2.
+void ArrangeFds(std::vector<int> fds);
+// Every signal to its default disposition, nothing blocked.
+void ResetSignals();
 
 // Reads everything init wrote on its status pipe (call after init exited); empty if nothing.
 std::string DrainStatus(int fd);

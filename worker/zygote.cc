@@ -16,13 +16,80 @@ constexpr const char* kShellZygote =
 
 // Python: the modules most snippets import are loaded, then the heap is frozen so the job's
 // first collections do not walk them.
+// Started as `python3 -c SCRIPT` it is a zygote as above; as `python3 -c SCRIPT mother`, the
+// template's nursery mother (nursery.h), which returns from _sandpool_mother() only in each
+// job's process, a clone confined by the nursery library, to carry on as a zygote.
 constexpr const char* kPythonZygote = R"py(
 import os, sys
-def _sandpool_zygote():
-    # What most snippets import, and nothing slow to load: every sandbox pays for the preload
-    # while it is prepared (measured: ~60 modules cost ~65 ms of CPU per warm interpreter).
+def _sandpool_preload():
+    # What most snippets import, and nothing slow to load: without a nursery every sandbox pays
+    # for the preload while it is prepared (measured: ~60 modules cost ~65 ms of CPU).
     import errno, gc, json, types, traceback
     import re, math, collections, itertools, functools, datetime, random, string, time, io, struct, base64
+def _sandpool_mother():
+    import ctypes, gc, signal, socket, struct
+    lib = ctypes.PyDLL("/proc/self/fd/4")
+    os.close(4)
+    sock = socket.socket(fileno=3)
+    sock.sendall(b"R")
+    def recv_exact(n):
+        b = b""
+        while len(b) < n:
+            c = sock.recv(n - len(b))
+            if not c:
+                os._exit(0)
+            b += c
+        return b
+    hdr = recv_exact(5)
+    if hdr[:1] != b"C":
+        os._exit(2)
+    blob = recv_exact(struct.unpack("=I", hdr[1:])[0])
+    def reap(signum, frame):
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+    signal.signal(signal.SIGCHLD, reap)
+    fds = (ctypes.c_int * 6)()
+    pidfd = ctypes.c_int(-1)
+    gc.collect()
+    gc.freeze()
+    while True:
+        msg, got, _, _ = socket.recv_fds(sock, 1, 6)
+        if not msg:
+            os._exit(0)
+        if msg != b"N" or len(got) != 6:
+            for fd in got:
+                os.close(fd)
+            sock.sendall(b"E")
+            continue
+        for i, fd in enumerate(got):
+            fds[i] = fd
+        pid = lib.sandpool_nursery_clone(fds, 6, ctypes.byref(pidfd))
+        if pid == 0:
+            ctypes.pythonapi.PyOS_AfterFork_Child()
+            sock.detach()
+            lib.sandpool_nursery_enter(blob, len(blob))  # returns in the job's process only
+            ctypes.pythonapi.PyOS_AfterFork_Child()
+            # The dispositions a fresh python3 has (the stub reset them all).
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            return
+        for fd in got:
+            os.close(fd)
+        if pid < 0:
+            sock.sendall(b"E")
+            continue
+        socket.send_fds(sock, [b"P"], [pidfd.value])
+        os.close(pidfd.value)
+def _sandpool_zygote():
+    _sandpool_preload()
+    import errno, gc, json, types, traceback
     os.set_inheritable(3, False)
     gc.collect()
     gc.freeze()
@@ -84,6 +151,9 @@ def _sandpool_zygote():
         except BaseException:
             status = status or 120
     os._exit(status)
+if sys.argv[1:] == ["mother"]:
+    _sandpool_preload()
+    _sandpool_mother()
 _sandpool_zygote()
 )py";
 

@@ -7,7 +7,7 @@ import json
 import msgpack
 import pytest
 
-from hostile_support import CANARIES, CPU_TIME_MS, OUTPUT, new_id
+from hostile_support import CANARIES, CPU_TIME_MS, OUTPUT, host_delivers_int80, new_id
 
 BASE_ENV = {"HOME": "/work", "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
@@ -208,7 +208,8 @@ def test_shell_job_in_a_warm_template_mirrors_signals_and_seccomp(pool, cc, temp
     from test_syscalls import INT80
     res = pool.run(shell="kill -SEGV $$", template=template)
     assert res["outcome"] == "signal" and res["signal"] == 11, res
-    res = pool.run(shell="cat > /work/x && chmod +x /work/x && exec /work/x </dev/null", stdin=cc(INT80), template=template)
-    assert res["outcome"] == "seccomp" and res["signal"] == 31, res
+    if host_delivers_int80(cc(INT80)):
+        res = pool.run(shell="cat > /work/x && chmod +x /work/x && exec /work/x </dev/null", stdin=cc(INT80), template=template)
+        assert res["outcome"] == "seccomp" and res["signal"] == 31, res
     res = pool.run(argv=["/usr/bin/sh", "-c", "exit 7"], template=template)
     assert res["outcome"] == "exit" and res["exit_code"] == 7, res

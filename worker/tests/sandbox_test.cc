@@ -15,6 +15,7 @@
 
 #include "worker/channel.h"
 #include "worker/messages.h"
+#include "worker/nursery.h"
 #include "worker/spawner.h"
 #include "worker/zygote.h"
 
@@ -370,6 +371,83 @@ TEST_F(PythonZygoteTest, ArgvJobsAreExecd) {
   EXPECT_EQ(r.out, "from sh sh\n");
   JobRun missing = Run({"no-such-program"});
   EXPECT_EQ(missing.exited.exec_errno, ENOENT);
+}
+
+// Python sandboxes come from the slot's nursery (worker/nursery.h) when the library is built
+// (not in sanitizer builds, where the tests above run the interpreter-per-sandbox path).
+class NurseryTest : public PythonZygoteTest {
+ protected:
+  void SetUp() override {
+    if (!OpenNurseryLibrary()) GTEST_SKIP() << "no nursery library next to the test binary (sanitizer build)";
+    PythonZygoteTest::SetUp();
+  }
+  static std::string Cmdline(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  static bool IsNursery(pid_t pid) {
+    std::string c = Cmdline(pid);
+    return c.size() > 8 && c.compare(c.size() - 8, 8, std::string("\0mother\0", 8)) == 0;
+  }
+  // The slot's mother: a nursery process (sandbox root's uid) whose parent is not one.
+  pid_t MotherPid() {
+    pid_t found = -1;
+    DIR* d = ::opendir("/proc");
+    while (struct dirent* e = ::readdir(d)) {
+      struct stat st;
+      std::string p = std::string("/proc/") + e->d_name;
+      if (e->d_name[0] < '0' || e->d_name[0] > '9' || ::stat(p.c_str(), &st) != 0 || st.st_uid != config_.host_id_base) continue;
+      pid_t pid = std::atoi(e->d_name);
+      std::ifstream stat_file(p + "/stat");
+      std::string stat_line;
+      std::getline(stat_file, stat_line);
+      pid_t ppid = std::atoi(stat_line.substr(stat_line.rfind(')') + 4).c_str());
+      if (IsNursery(pid) && !IsNursery(ppid)) found = pid;
+    }
+    ::closedir(d);
+    return found;
+  }
+};
+
+TEST_F(NurseryTest, EachJobIsAFreshCloneThatSharesNothing) {
+  // pid 1 of the job's sandbox is a clone of the mother; the job sees only itself and it.
+  JobRun a = RunCode(
+      "import json, os\n"
+      "json.marker = 1\n"
+      "open('/work/a', 'w').write('x')\n"
+      "os.environ['LEFT'] = 'behind'\n"
+      "print(open('/proc/1/cmdline', 'rb').read().split(b'\\0')[-2].decode(), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))");
+  EXPECT_EQ(a.out, "mother [1, 2]\n") << a.err;
+  pid_t mother = MotherPid();
+  ASSERT_GT(mother, 0);
+  JobRun b = RunCode("import json, os\nprint(hasattr(json, 'marker'), os.path.exists('/work/a'), 'LEFT' in os.environ)");
+  EXPECT_EQ(b.out, "False False False\n") << b.err;
+  EXPECT_EQ(MotherPid(), mother) << "one mother serves the slot";
+  // Confined like every job: uid 1000, no capabilities, no_new_privs, seccomp; dumpable as after
+  // an exec (its /proc/self is its own).
+  JobRun c = RunCode(
+      "import os\n"
+      "s = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
+      "print(os.getuid(), s['CapEff'], s['CapBnd'], s['NoNewPrivs'], s['Seccomp'], len(open('/proc/self/environ','rb').read()) > 0)");
+  EXPECT_EQ(c.out, "1000 0000000000000000 0000000000000000 1 2 True\n") << c.err;
+  // A fresh python3's signal dispositions.
+  JobRun sig = RunCode("import signal\nprint(signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN, signal.getsignal(signal.SIGINT) is signal.default_int_handler)");
+  EXPECT_EQ(sig.out, "True True\n");
+}
+
+TEST_F(NurseryTest, TheMemoryLimitKillsTheJobNotTheMother) {
+  JobRun first = RunCode("print('warm')");
+  pid_t mother = MotherPid();
+  ASSERT_GT(mother, 0);
+  JobRun mem = RunCode("b = bytearray(900 * 1024 * 1024); print(len(b))");
+  EXPECT_GT(mem.exited.oom_kills, 0u) << mem.out << mem.err;
+  JobRun after = RunCode("print('still here')");
+  EXPECT_EQ(after.out, "still here\n");
+  EXPECT_EQ(MotherPid(), mother);
+  JobRun killed = Run({}, "", true, "code", "import time\nprint('before', flush=True)\ntime.sleep(1000)");
+  EXPECT_TRUE(killed.exited.killed);
+  EXPECT_EQ(RunCode("print('next')").out, "next\n");
+  EXPECT_EQ(MotherPid(), mother);
 }
 
 class NodeZygoteTest : public SandboxTest {

@@ -1,0 +1,264 @@
+#include "worker/nursery.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace sandpool {
+namespace {
+
+constexpr const char* kLibraryName = "libsandpool_nursery.so";
+
+// The pid a pidfd refers to, in our pid namespace (the Pid: line of its fdinfo).
+pid_t PidOfPidfd(int pidfd) {
+  std::ifstream in("/proc/self/fdinfo/" + std::to_string(pidfd));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Pid:", 0) == 0) return static_cast<pid_t>(std::atol(line.c_str() + 4));
+  }
+  return -1;
+}
+
+Status SendWithFds(int sock, char tag, const int* fds, size_t n) {
+  struct iovec iov = {&tag, 1};
+  char control[CMSG_SPACE(sizeof(int) * 8)] = {};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+  std::memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+  ssize_t r;
+  do {
+    r = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  } while (r < 0 && errno == EINTR);
+  if (r != 1) return ErrnoStatus("send to nursery mother");
+  return Status::Ok();
+}
+
+// One tag byte and at most one fd.
+Status ReceiveWithFd(int sock, char* tag, UniqueFd* fd) {
+  struct iovec iov = {tag, 1};
+  char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t r;
+  do {
+    r = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) return ErrnoStatus("receive from nursery mother");
+  if (r == 0) return Status::Error("nursery mother closed its socket");
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; ++i) {
+      int got;
+      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+      if (i == 0 && !*fd) fd->reset(got);
+      else ::close(got);  // never more than we asked for
+    }
+  }
+  return Status::Ok();
+}
+
+// struct clone_args of clone3(2) (as in sandbox.cc).
+struct CloneArgs {
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+      set_tid_size, cgroup;
+};
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+// The job's process shares the mother's memory copy-on-write, and an interpreter writes to
+// nearly every page it touches (reference counts). Breaking the sharing now, while the sandbox
+// is prepared, keeps those page faults off the job's path: one madvise per writable private
+// mapping instead of a fault per page when the job runs.
+void PopulatePrivateMemory() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long lo = 0, hi = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3) continue;
+    if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p') continue;
+    if (line.find("[vvar") != std::string::npos || line.find("[vsyscall") != std::string::npos) continue;
+    (void)::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
+  }
+}
+
+}  // namespace
+
+UniqueFd OpenNurseryLibrary() {
+  char exe[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return UniqueFd();
+  std::string path(exe, static_cast<size_t>(n));
+  path = path.substr(0, path.rfind('/') + 1) + kLibraryName;
+  return UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+}
+
+bool NurseryApplies(const SandboxConfig& config) {
+  return config.runtime == "python" && config.root_dir.empty() && !config.layer_writable;
+}
+
+std::string EncodeNurseryConfig(const SandboxConfig& c, const SeccompProgram& seccomp) {
+  std::ostringstream o;
+  o << "hostname=" << c.hostname << "\n"
+    << "work=" << c.work_bytes << "\n"
+    << "tmp=" << c.tmp_bytes << "\n"
+    << "shm=" << c.shm_bytes << "\n"
+    << "inodes=" << c.inodes << "\n"
+    << "open_files=" << c.open_files << "\n"
+    << "file_size=" << c.file_size_bytes << "\n"
+    << "upper=" << c.upper_bytes << "\n"
+    << "layer=" << (c.layer_host_dir.empty() ? 0 : 1) << "\n"
+    << "layer_mount=" << c.layer_mount << "\n"
+    << "bpf=";
+  char hex[3];
+  for (const struct sock_filter& f : seccomp.filter) {
+    const auto* b = reinterpret_cast<const unsigned char*>(&f);
+    for (size_t i = 0; i < sizeof f; ++i) {
+      std::snprintf(hex, sizeof hex, "%02x", b[i]);
+      o << hex;
+    }
+  }
+  o << "\n";
+  return o.str();
+}
+
+Status DecodeNurseryConfig(std::string_view blob, SandboxConfig* c, SeccompProgram* seccomp) {
+  size_t pos = 0;
+  while (pos < blob.size()) {
+    size_t end = blob.find('\n', pos);
+    if (end == std::string_view::npos) return Status::Error("nursery config: unterminated line");
+    std::string_view line = blob.substr(pos, end - pos);
+    pos = end + 1;
+    size_t eq = line.find('=');
+    if (eq == std::string_view::npos) return Status::Error("nursery config: no '='");
+    std::string key(line.substr(0, eq)), value(line.substr(eq + 1));
+    uint64_t n = std::strtoull(value.c_str(), nullptr, 10);
+    if (key == "hostname") c->hostname = value;
+    else if (key == "work") c->work_bytes = n;
+    else if (key == "tmp") c->tmp_bytes = n;
+    else if (key == "shm") c->shm_bytes = n;
+    else if (key == "inodes") c->inodes = n;
+    else if (key == "open_files") c->open_files = n;
+    else if (key == "file_size") c->file_size_bytes = n;
+    else if (key == "upper") c->upper_bytes = n;
+    // Inside the sandbox only whether there is a layer matters (the keeper mounted it).
+    else if (key == "layer") c->layer_host_dir = n ? "(mounted by the keeper)" : "";
+    else if (key == "layer_mount") c->layer_mount = value;
+    else if (key == "bpf") {
+      if (value.size() % (2 * sizeof(struct sock_filter)) != 0) return Status::Error("nursery config: bad bpf");
+      seccomp->filter.resize(value.size() / (2 * sizeof(struct sock_filter)));
+      auto* out = reinterpret_cast<unsigned char*>(seccomp->filter.data());
+      for (size_t i = 0; i < value.size(); i += 2) {
+        out[i / 2] = static_cast<unsigned char>(std::strtoul(value.substr(i, 2).c_str(), nullptr, 16));
+      }
+    } else {
+      return Status::Error("nursery config: unknown key " + key);
+    }
+  }
+  c->runtime = "python";
+  return Status::Ok();
+}
+
+Status SendNurseryConfig(int mother, const std::string& blob) {
+  uint32_t len = static_cast<uint32_t>(blob.size());
+  std::string framed = "C";
+  framed.append(reinterpret_cast<const char*>(&len), sizeof len);
+  framed += blob;
+  return WriteAll(mother, framed.data(), framed.size()).Prefixed("nursery config");
+}
+
+Result<Sandbox> NurseryPrepareSandbox(int mother, SlotCgroup& cgroup) {
+  auto fds = MakeSandboxFds();
+  if (!fds.ok()) return fds.status();
+  int raw[6];
+  for (int i = 0; i < 6; ++i) raw[i] = fds->inside[i].get();
+  SP_RETURN_IF_ERROR(SendWithFds(mother, 'N', raw, 6));
+  for (UniqueFd& f : fds->inside) f.reset();
+  struct pollfd p = {mother, POLLIN, 0};
+  int n;
+  do {
+    n = ::poll(&p, 1, 10000);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return Status::Error("nursery mother did not answer within 10 s");
+  char tag = 0;
+  UniqueFd pidfd;
+  SP_RETURN_IF_ERROR(ReceiveWithFd(mother, &tag, &pidfd));
+  if (tag != 'P' || !pidfd) return Status::Error(std::string("nursery mother could not clone a sandbox (") + tag + ")");
+  Sandbox sb = std::move(fds->sb);
+  sb.init_pid = PidOfPidfd(pidfd.get());
+  sb.pidfd = std::move(pidfd);
+  if (sb.init_pid <= 0) {
+    KillSandbox(sb);
+    return Status::Error("nursery: no pid for the new sandbox's init");
+  }
+  return FinishSandbox(std::move(sb), cgroup, "");
+}
+
+// ---- Inside the mother and its children (called through the library's C interface) ----
+
+long NurseryCloneInit(const int* fds, int nfds, int* pidfd) {
+  if (nfds != 6) return -EINVAL;
+  CloneArgs args{};
+  args.flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(pidfd);
+  args.exit_signal = SIGCHLD;
+  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid < 0) return -errno;
+  if (pid == 0) ArrangeFds({fds[0], fds[1], fds[2], fds[3], fds[4], fds[5]});
+  return pid;
+}
+
+int NurseryEnter(const char* blob, size_t len) {
+  const int status_fd = 4;
+  // Kept for the process's life: init serves with it, the stub's confinement reads it.
+  static SandboxConfig config;
+  static SeccompProgram seccomp;
+  Status s = DecodeNurseryConfig(std::string_view(blob, len), &config, &seccomp);
+  if (!s.ok()) InitFail(status_fd, s.message());
+  // The mother's dispositions (an interpreter's handlers, its reaper) are not init's.
+  ResetSignals();
+  InitSetUp(config);
+  // Under memory pressure the kernel is to kill the job, not the slot's mother (whose memory
+  // counts in the same cgroup): init and the stub make themselves the first choice.
+  if (int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
+    (void)!::write(fd, "1000", 4);
+    ::close(fd);
+  }
+  // A real fork: the stub goes back into the interpreter as the job's process and needs memory
+  // of its own (init stays here, reaping).
+  pid_t stub = ::fork();
+  if (stub == 0) {
+    ::dup2(6, 0);
+    ::dup2(7, 1);
+    ::dup2(8, 2);
+    ArrangeFds({5});
+    PopulatePrivateMemory();
+    StubPrologue(config, &seccomp);
+    return 0;
+  }
+  InitServe(config, stub);
+}
+
+}  // namespace sandpool

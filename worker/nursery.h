@@ -1,0 +1,71 @@
+// The nursery: a fork server for interpreter templates (python).
+//
+// Starting an interpreter is what a warm Python sandbox costs most: exec, the loader, `site`,
+// the preloaded modules; tens of milliseconds of CPU each time, and a warm pool can only hide
+// that while jobs come slower than refills. A nursery pays it once per slot. The slot's first
+// sandbox is the *mother*: a sandbox like any other (user, pid, mount, ipc and uts namespaces,
+// the slot's cgroup and uid maps) whose main process stays sandbox root and runs the
+// interpreter with the modules preloaded and this library (libsandpool_nursery.so) loaded. For
+// every sandbox after that, the mother clones a child into new pid, mount, ipc and uts
+// namespaces; that child runs exactly the init and stub set-up every sandbox gets (cgroup, its
+// own filesystems and /proc, uid 1000, no capabilities, no_new_privs, rlimits, seccomp) and then
+// returns into the interpreter as the job's process, which speaks the zygote protocol
+// (zygote.h). No exec and no interpreter start-up per sandbox.
+//
+// What stays as it was: each job gets a fresh sandbox that no job ran in before (a clone of a
+// mother that never runs job code, and cannot be reached from a job: another pid namespace, no
+// capabilities, and a seccomp filter that forbids ptrace and namespaces); init and the stub are
+// the same code; the keeper talks to them the same way. What differs: the job's user namespace
+// is the mother's (the same uid pair the slot always maps), and the mother's memory (shared
+// copy-on-write with every job) is charged to the slot's cgroup once.
+//
+// Keeper <-> mother, over the mother's stub socket:
+//   mother -> keeper  'R'                         ready (modules and library loaded)
+//   keeper -> mother  'C' u32 length, config       once: EncodeNurseryConfig
+//   keeper -> mother  'N' + 6 fds (SCM_RIGHTS)     make a sandbox; the fds are init's 3-8
+//   mother -> keeper  'P' + init's pidfd           done; or 'E' if clone3 failed
+// The keeper then finishes the sandbox as it does its own (FinishSandbox, no uid maps).
+#pragma once
+
+#include <string>
+
+#include "common/fd.h"
+#include "common/status.h"
+#include "worker/cgroup.h"
+#include "worker/sandbox.h"
+#include "worker/sandbox_config.h"
+#include "worker/seccomp/seccomp_policy.h"
+
+namespace sandpool {
+
+// Opens the nursery library installed next to the running binary (O_RDONLY, close-on-exec);
+// an empty fd when there is none (sanitizer builds do not build it): python templates then
+// start an interpreter per sandbox.
+UniqueFd OpenNurseryLibrary();
+
+// Whether sandboxes of `config` can come from a nursery: a python template on the host's root
+// (a prepared root need not have the libraries the nursery library links).
+bool NurseryApplies(const SandboxConfig& config);
+
+// What a mother needs to set up its children: the inside-the-sandbox part of `config`, and the
+// seccomp filter. Decode is the inverse (in the library, inside the mother's children).
+std::string EncodeNurseryConfig(const SandboxConfig& config, const SeccompProgram& seccomp);
+Status DecodeNurseryConfig(std::string_view blob, SandboxConfig* config, SeccompProgram* seccomp);
+
+// The keeper's side: sends `config` once to a freshly ready mother.
+Status SendNurseryConfig(int mother, const std::string& blob);
+
+// The keeper's side of one sandbox from the mother (its socket `mother`): sends the fds, takes
+// init's pidfd and finishes the sandbox like PrepareSandbox does.
+Result<Sandbox> NurseryPrepareSandbox(int mother, SlotCgroup& cgroup);
+
+// Inside a mother and its children; the library's C interface (nursery_lib.cc) calls these.
+// NurseryCloneInit, in the mother: clones a sandbox's init into new pid, mount, ipc and uts
+// namespaces with fds[0..5] as its 3-8; init's pid (pidfd in *pidfd) in the mother, 0 in init,
+// -errno on failure. NurseryEnter, in that init: decodes the config, sets the sandbox up like
+// every init (InitSetUp), forks the stub, confines it (StubPrologue) and returns 0 in it, the
+// job's process; init serves and never returns. A failure is reported like init's own.
+long NurseryCloneInit(const int* fds, int nfds, int* pidfd);
+int NurseryEnter(const char* blob, size_t len);
+
+}  // namespace sandpool
