@@ -169,13 +169,37 @@ class Keeper {
     int exec_errno = 0;
     std::string exec_stage;
     CgroupStats base{};
+    // init's report: 'S' + InitReport once the job's main process has ended, written just
+    // before init exits. The job's end is reported on it, not on init's death, which comes
+    // later (init's own teardown, the pid and mount namespaces'): nothing of the job is left
+    // to run by then, and its output is complete when the pipes reach EOF, which the scheduler
+    // waits for anyway. The slot is prepared again only once init is gone.
+    std::string report;
+    bool status_open = true, have_report = false;
+    auto on_stub_eof = [&] {
+      // EOF: the exec happened (close-on-exec) or the zygote started the job, unless an error
+      // report came first.
+      if (!stub_said.empty() && stub_said[0] == 'E') {
+        have_exec_error = true;
+        exec_errno = std::atoi(stub_said.c_str() + 1);
+        size_t sp = stub_said.find(' ');
+        exec_stage = sp == std::string::npos ? "exec" : stub_said.substr(sp + 1, stub_said.find('\n') - sp - 1);
+      } else if (!started) {
+        started = true;
+        exec_at = MonotonicUs();
+        Send(MsgType::kStarted, Encode(GenerationMsg{gen_}));
+      }
+      sb_.stub.reset();
+      run_sent = false;
+    };
     for (;;) {
-      struct pollfd p[3] = {{ch_.fd(), POLLIN, 0},
+      struct pollfd p[4] = {{ch_.fd(), POLLIN, 0},
                             {sb_.pidfd.get(), POLLIN, 0},
-                            {run_sent ? sb_.stub.get() : -1, POLLIN, 0}};
+                            {run_sent ? sb_.stub.get() : -1, POLLIN, 0},
+                            {status_open ? sb_.status.get() : -1, POLLIN, 0}};
       // A CPU-time limit is watched on the whole cgroup, so it covers every process of the job.
       int timeout = (started && cpu_limit_us > 0) ? 20 : -1;
-      int n = ::poll(p, 3, timeout);
+      int n = ::poll(p, 4, timeout);
       if (n < 0) {
         if (errno == EINTR) continue;
         Exit("poll: " + std::string(std::strerror(errno)));
@@ -222,21 +246,27 @@ class Keeper {
         char buf[128];
         ssize_t r = ::read(sb_.stub.get(), buf, sizeof buf);
         if (r > 0 && stub_said.size() < 256) stub_said.append(buf, static_cast<size_t>(r));
-        if (r <= 0) {
-          // EOF: the exec happened (close-on-exec) or the zygote started the job, unless an
-          // error report came first.
-          if (!stub_said.empty() && stub_said[0] == 'E') {
-            have_exec_error = true;
-            exec_errno = std::atoi(stub_said.c_str() + 1);
-            size_t sp = stub_said.find(' ');
-            exec_stage = sp == std::string::npos ? "exec" : stub_said.substr(sp + 1, stub_said.find('\n') - sp - 1);
-          } else if (!started) {
-            started = true;
-            exec_at = MonotonicUs();
-            Send(MsgType::kStarted, Encode(GenerationMsg{gen_}));
+        if (r <= 0) on_stub_eof();
+      }
+      if (p[3].revents) {
+        char buf[64];
+        ssize_t r = ::read(sb_.status.get(), buf, sizeof buf);
+        if (r > 0) report.append(buf, static_cast<size_t>(r));
+        if (r <= 0) status_open = false;  // init died without a report: its pidfd tells
+        if (report.size() >= 1 + sizeof(InitReport) && report[0] == 'S') {
+          exec_end = MonotonicUs();
+          // The main process is gone, so is its end of the stub socket: take what it said.
+          if (sb_.stub) {
+            SetNonBlocking(sb_.stub.get()).ok();
+            for (;;) {
+              ssize_t k = ::read(sb_.stub.get(), buf, sizeof buf);
+              if (k > 0 && stub_said.size() < 256) stub_said.append(buf, static_cast<size_t>(k));
+              if (k == 0) on_stub_eof();
+              if (k <= 0) break;
+            }
           }
-          sb_.stub.reset();
-          run_sent = false;
+          have_report = true;
+          break;
         }
       }
       if (p[1].revents) {
@@ -255,7 +285,7 @@ class Keeper {
       ex.exec_errno = exec_errno == 0 ? ENOENT : exec_errno;
       ex.exec_stage = exec_stage;
     }
-    std::string report = DrainStatus(sb_.status.get());
+    if (!have_report) report += DrainStatus(sb_.status.get());
     if (report.size() >= 1 + sizeof(InitReport) && report[0] == 'S') {
       InitReport ir;
       std::memcpy(&ir, report.data() + 1, sizeof ir);
@@ -270,8 +300,24 @@ class Keeper {
       ex.pids_max_hits = st->pids_max_hits - base.pids_max_hits;
     }
     if (started) ex.exec_time_us = static_cast<uint64_t>(exec_end - exec_at);
+    UniqueFd init = std::move(sb_.pidfd);
     sb_ = Sandbox();
     Send(MsgType::kExited, Encode(ex));
+    if (have_report) AwaitDeath(init.get());
+  }
+
+  // init reported and is exiting; the next sandbox waits until it is gone (the slot's cgroup
+  // empty, every process of the job dead). One that does not go within 10 s is killed.
+  void AwaitDeath(int pidfd) {
+    struct pollfd p = {pidfd, POLLIN, 0};
+    while (::poll(&p, 1, 10000) < 0 && errno == EINTR) {
+    }
+    if (!(p.revents & POLLIN)) {
+      ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+      ::poll(&p, 1, 10000);
+    }
+    siginfo_t info;
+    ::waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED);  // ECHILD for a nursery's
   }
 
   const KeeperArgs& a_;

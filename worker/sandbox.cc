@@ -299,6 +299,12 @@ void InitServe(const SandboxConfig& config, pid_t stub) {
       InitFail(status_fd, "stub vanished");
     }
     if (pid != stub) continue;  // reap orphans of the job
+    // Everything else in the namespace dies now and is reaped before the report: the keeper
+    // reports the job's end on it, and by then no process of the job may be left. (Our own
+    // exit would kill them too, but only after the report and our own teardown.)
+    ::kill(-1, SIGKILL);
+    while (::waitpid(-1, nullptr, __WALL) > 0 || errno == EINTR) {
+    }
     InitReport r{};
     r.wait_status = st;
     // An overlay reports its upper layer's space.
