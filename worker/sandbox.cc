@@ -146,6 +146,25 @@ void StubPrologue(const SandboxConfig& config, const SeccompProgram* seccomp) {
 
 namespace {
 
+// Execs `cmd` in `cwd` with the template's base environment, keeping fds 3 .. 3+keep-1 (the
+// socket and, for a mother, the nursery library) open across the exec; a failure is reported
+// on fd 3 as `stage`.
+[[noreturn]] void ExecInterpreter(std::vector<std::string> cmd, const SandboxConfig& config, const char* cwd,
+                                  int keep, const char* stage) {
+  const int sock = 3;
+  std::vector<std::string> env = config.base_env;
+  std::vector<char*> argv, envp;
+  for (std::string& a : cmd) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  for (int fd = sock; fd < sock + keep; ++fd) ::fcntl(fd, F_SETFD, 0);
+  if (::chdir(cwd) != 0) StubExecFail(sock, errno, "cwd", 126);
+  ::execve(argv[0], argv.data(), envp.data());
+  ::fcntl(sock, F_SETFD, FD_CLOEXEC);
+  StubExecFail(sock, errno, stage, 127);
+}
+
 // The stub: fd 0-2 are the job's stdio, fd 3 the stub socket.
 [[noreturn]] void StubMain(const SandboxConfig& config, const SeccompProgram* seccomp) {
   const int sock = 3;
@@ -154,18 +173,7 @@ namespace {
   ParseRuntime(config.runtime, &runtime);
   if (runtime != Runtime::kNone) {
     // Become the template's warm interpreter now; it says 'R' itself when it is ready.
-    std::vector<std::string> cmd = ZygoteCommand(runtime);
-    std::vector<std::string> env = config.base_env;
-    std::vector<char*> zargv, zenv;
-    for (std::string& a : cmd) zargv.push_back(a.data());
-    zargv.push_back(nullptr);
-    for (std::string& e : env) zenv.push_back(e.data());
-    zenv.push_back(nullptr);
-    ::fcntl(sock, F_SETFD, 0);
-    if (::chdir("/work") != 0) StubExecFail(sock, errno, "cwd", 126);
-    ::execve(zargv[0], zargv.data(), zenv.data());
-    ::fcntl(sock, F_SETFD, FD_CLOEXEC);
-    StubExecFail(sock, errno, "zygote", 127);
+    ExecInterpreter(ZygoteCommand(runtime), config, "/work", 1, "zygote");
   }
   if (::write(sock, "R", 1) != 1) ::_exit(125);
 
@@ -222,23 +230,12 @@ namespace {
 // process is a clone that drops everything first. It takes no seccomp filter, since clone3 and
 // mount are what it is for; its children load the job's.
 [[noreturn]] void MotherMain(const SandboxConfig& config) {
-  const int sock = 3;
-  if (::setsid() < 0) StubExecFail(sock, errno, "setsid", 126);
+  if (::setsid() < 0) StubExecFail(3, errno, "setsid", 126);
   SetLimit(RLIMIT_CORE, 1, 1);
   ResetSignals();
   std::vector<std::string> cmd = ZygoteCommand(Runtime::kPython);
   cmd.push_back("mother");
-  std::vector<std::string> env = config.base_env;
-  std::vector<char*> zargv, zenv;
-  for (std::string& a : cmd) zargv.push_back(a.data());
-  zargv.push_back(nullptr);
-  for (std::string& e : env) zenv.push_back(e.data());
-  zenv.push_back(nullptr);
-  ::fcntl(sock, F_SETFD, 0);
-  ::fcntl(4, F_SETFD, 0);
-  if (::chdir("/") != 0) StubExecFail(sock, errno, "cwd", 126);
-  ::execve(zargv[0], zargv.data(), zenv.data());
-  StubExecFail(sock, errno, "mother", 127);
+  ExecInterpreter(std::move(cmd), config, "/", 2, "mother");
 }
 
 struct StubArgs {
