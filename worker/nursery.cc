@@ -110,9 +110,14 @@ UniqueFd OpenNurseryLibrary() {
   char exe[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0) return UniqueFd();
-  std::string path(exe, static_cast<size_t>(n));
-  path = path.substr(0, path.rfind('/') + 1) + kLibraryName;
-  return UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  std::string dir(exe, static_cast<size_t>(n));
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  // The build tree keeps it next to the binaries; `cmake --install` puts it in lib/sandpool.
+  for (const std::string& path : {dir + kLibraryName, dir + "../lib/sandpool/" + kLibraryName}) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd) return fd;
+  }
+  return UniqueFd();
 }
 
 bool NurseryApplies(const SandboxConfig& config) {

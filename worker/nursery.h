@@ -38,7 +38,8 @@
 
 namespace sandpool {
 
-// Opens the nursery library installed next to the running binary (O_RDONLY, close-on-exec);
+// Opens the nursery library next to the running binary, or in ../lib/sandpool/ from it (where
+// `cmake --install` puts it) (O_RDONLY, close-on-exec);
 // an empty fd when there is none (sanitizer builds do not build it): python templates then
 // start an interpreter per sandbox.
 UniqueFd OpenNurseryLibrary();
