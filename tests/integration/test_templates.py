@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sandpool_harness import SANDPOOL_CLI, Daemon, wait_for
+from sandpool_harness import SANDPOOL_CLI, SANDPOOLD, Daemon, wait_for
 
 
 def cli(redis_server, *args):
@@ -79,6 +79,30 @@ def test_layer_is_built_once_and_each_sandbox_changes_it_copy_on_write(redis_ser
     assert builds() == 2
     assert run_shell(redis_server, "tools", "cat /opt/app/version") == "v3\n"
     assert len(list(state.glob("templates/tools-*/complete"))) == 2
+
+
+def test_python_template_with_a_layer(redis_server, daemons, tmp_path):
+    """Python sandboxes are clones of the slot's nursery mother; each still gets its own
+    copy-on-write layer over what setup made."""
+    conf, state = tmp_path / "sandpool.conf", tmp_path / "state"
+    conf.write_text("[template pylib]\nruntime = python\nworkers = 1\n"
+                    "setup = mkdir -p /opt/lib && echo 'VALUE = 41' > /opt/lib/settings.py\n"
+                    "env = PYTHONPATH=/opt/lib\n")
+    start(daemons, conf, state)
+
+    def code(src):
+        p = cli(redis_server, "run", "--template", "pylib", "--python", src)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        return p.stdout.decode()
+
+    assert code("import settings; print(settings.VALUE)\n"
+                "open('/opt/lib/settings.py', 'w').write('VALUE = 42')\n"
+                "print(open('/opt/lib/settings.py').read())") == "41\nVALUE = 42\n"
+    nursery = (Path(SANDPOOLD).parent / "libsandpool_nursery.so").exists()  # not in sanitizer builds
+    out = code("import settings; print(settings.VALUE, open('/proc/1/cmdline', 'rb').read().split(b'\\0')[-2] == b'mother')")
+    assert out == f"41 {nursery}\n"
+    layer = next(state.glob("templates/pylib-*/layer"))
+    assert (layer / "lib/settings.py").read_text() == "VALUE = 41\n"
 
 
 def test_a_broken_setup_stops_start_up_with_its_output(redis_server, tmp_path):
