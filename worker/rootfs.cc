@@ -277,8 +277,14 @@ Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot) {
       // each sandbox lays its own copy-on-write upper over them (MountSandboxFilesystems).
       uint32_t b = config.layer_owner_base;
       auto ns = IdMapUserns(std::to_string(b) + " " + std::to_string(sroot) + " 2\n");
-      if (!ns.ok()) return ns.status().Prefixed("layer");
-      SP_RETURN_IF_ERROR(MountIdmapped(layer.get(), at, ns->get()).Prefixed("layer"));
+      if (!ns.ok() || !MountIdmapped(layer.get(), at, ns->get()).ok()) {
+        // Kernels before 5.12, or a state directory whose file system cannot be idmapped: the
+        // layer as it is, read-only (its files then belong to nobody in the sandbox, and the
+        // overlay below will not be writable for the job).
+        std::string src = "/proc/self/fd/" + std::to_string(layer.get());
+        SP_RETURN_IF_ERROR(Mount(src.c_str(), at, nullptr, MS_BIND, nullptr));
+        SP_RETURN_IF_ERROR(Mount(nullptr, at, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr));
+      }
       if (config.root_dir.empty()) SP_RETURN_IF_ERROR(MkdirP(stage + config.layer_mount, 0755));
     }
   }
@@ -309,7 +315,9 @@ Status MountSandboxFilesystems(const SandboxConfig& config) {
   if (cow_root) {
     // The merged root: the image, copy-on-write. Mount points the sandbox needs are made in the
     // upper layer when the image lacks them; /dev is the keeper's.
-    SP_RETURN_IF_ERROR(MountOverlay(kMerged, kLowerRoot, "root"));
+    SP_RETURN_IF_ERROR(MountOverlay(kMerged, kLowerRoot, "root")
+                           .Prefixed("prepared root (needs Linux 6.6 or later: an overlay in a user "
+                                     "namespace over an idmapped lower, with a tmpfs upper)"));
     const std::string m(kMerged);
     for (const char* d : {"/work", "/tmp", "/var/tmp", "/proc", "/dev", "/.old"}) SP_RETURN_IF_ERROR(MkdirP(m + d, 0755));
     SP_RETURN_IF_ERROR(Mount("/dev", m + "/dev", nullptr, MS_BIND | MS_REC, nullptr));
@@ -325,7 +333,11 @@ Status MountSandboxFilesystems(const SandboxConfig& config) {
   }
   if (cow_layer) {
     std::string at = (cow_root ? std::string(kMerged) : std::string()) + config.layer_mount;
-    SP_RETURN_IF_ERROR(MountOverlay(at, kLowerLayer, "layer"));
+    if (!MountOverlay(at, kLowerLayer, "layer").ok()) {
+      // Kernels before 6.6 (no user xattrs on tmpfs, or no overlay over idmapped layers in a
+      // user namespace before 5.19): the layer read-only, as it is, instead of copy-on-write.
+      SP_RETURN_IF_ERROR(Mount(kLowerLayer, at, nullptr, MS_BIND | MS_REC, nullptr));
+    }
   }
   if (cow_root || cow_layer) {
     // The overlays hold their own references to the upper; the job needs no second way in.
