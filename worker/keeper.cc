@@ -103,7 +103,15 @@ class Keeper {
       if (!s.ok()) return s;
     }
     auto sb = NurseryPrepareSandbox(mother_.stub.get(), cgroup_);
-    if (!sb.ok() && !MotherAlive()) return sb.status().Prefixed("the nursery mother died: " + MotherOutput());
+    if (!sb.ok()) {
+      if (!MotherAlive()) return sb.status().Prefixed("the nursery mother died: " + MotherOutput());
+      // A mother that could not make a sandbox (wedged, or out of step on its socket) is not
+      // asked again: the next attempt starts a new one.
+      KillSandbox(mother_);
+      siginfo_t info;
+      ::waitid(P_PIDFD, static_cast<id_t>(mother_.pidfd.get()), &info, WEXITED);
+      mother_ = Sandbox();
+    }
     return sb;
   }
 

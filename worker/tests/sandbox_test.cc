@@ -105,10 +105,11 @@ class SandboxTest : public ::testing::Test {
     }
   }
 
+  // `ready_gen`: a sandbox WaitReady() already returned (0: wait for the next one).
   JobRun Run(std::vector<std::string> argv, const std::string& stdin_data = "", bool kill_after_start = false,
-             const std::string& kind = "argv", const std::string& code = "") {
+             const std::string& kind = "argv", const std::string& code = "", uint64_t ready_gen = 0) {
     JobRun jr;
-    uint64_t gen = WaitReady();
+    uint64_t gen = ready_gen != 0 ? ready_gen : WaitReady();
     if (gen == 0) return jr;
     RunMsg run;
     run.generation = gen;
@@ -448,6 +449,51 @@ TEST_F(NurseryTest, TheMemoryLimitKillsTheJobNotTheMother) {
   EXPECT_TRUE(killed.exited.killed);
   EXPECT_EQ(RunCode("print('next')").out, "next\n");
   EXPECT_EQ(MotherPid(), mother);
+}
+
+TEST_F(NurseryTest, AMotherThatStopsAnsweringIsReplaced) {
+  EXPECT_EQ(RunCode("print('warm')").out, "warm\n");
+  uint64_t ready = WaitReady();  // the next sandbox, prepared before the mother stops
+  ASSERT_GT(ready, 0u);
+  pid_t mother = MotherPid();
+  ASSERT_GT(mother, 0);
+  ASSERT_EQ(::kill(mother, SIGSTOP), 0);
+  // That sandbox still serves; the next preparation finds the mother wedged, fails once (after
+  // its 10 s wait), and the keeper starts a new mother.
+  EXPECT_EQ(Run({}, "", false, "code", "print('prepared before')", ready).out, "prepared before\n");
+  int failed = 0;
+  for (;;) {
+    auto f = keeper_.Receive();
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    if (f->type == static_cast<uint16_t>(MsgType::kFailed)) {
+      FailedMsg m;
+      ASSERT_TRUE(Decode(f->payload, &m).ok());
+      EXPECT_NE(m.message.find("did not answer"), std::string::npos) << m.message;
+      ++failed;
+      continue;
+    }
+    if (f->type != static_cast<uint16_t>(MsgType::kReady)) continue;
+    ReadyMsg r;
+    ASSERT_TRUE(Decode(f->payload, &r).ok());
+    stdin_ = std::move(f->fds[0]);
+    stdout_ = std::move(f->fds[1]);
+    stderr_ = std::move(f->fds[2]);
+    RunMsg run;
+    run.generation = r.generation;
+    run.kind = "code";
+    run.code = "print('new mother')";
+    run.env = {"PATH=/usr/bin:/bin", "HOME=/work"};
+    run.cwd = "/work";
+    ASSERT_TRUE(keeper_.Send(static_cast<uint16_t>(MsgType::kRun), Encode(run)).ok());
+    stdin_.reset();
+    break;
+  }
+  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(ReadAll(stdout_.get()), "new mother\n");
+  pid_t replaced = MotherPid();
+  EXPECT_GT(replaced, 0);
+  EXPECT_NE(replaced, mother);
+  EXPECT_NE(::kill(mother, 0), 0) << "the stopped mother was killed";
 }
 
 class NodeZygoteTest : public SandboxTest {
