@@ -263,15 +263,12 @@ class Keeper {
         if (r <= 0) status_open = false;  // init died without a report: its pidfd tells
         if (report.size() >= 1 + sizeof(InitReport) && report[0] == 'S') {
           exec_end = MonotonicUs();
-          // The main process is gone, so is its end of the stub socket: take what it said.
+          // Every process of the job is gone (init reaped them all), so is every holder of the
+          // stub socket's other end: take what was said, then its EOF.
           if (sb_.stub) {
-            SetNonBlocking(sb_.stub.get()).ok();
-            for (;;) {
-              ssize_t k = ::read(sb_.stub.get(), buf, sizeof buf);
-              if (k > 0 && stub_said.size() < 256) stub_said.append(buf, static_cast<size_t>(k));
-              if (k == 0) on_stub_eof();
-              if (k <= 0) break;
-            }
+            stub_said += DrainStatus(sb_.stub.get());
+            if (stub_said.size() > 256) stub_said.resize(256);
+            on_stub_eof();
           }
           have_report = true;
           break;

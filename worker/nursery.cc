@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -77,12 +76,6 @@ Status ReceiveWithFd(int sock, char* tag, UniqueFd* fd) {
   }
   return Status::Ok();
 }
-
-// struct clone_args of clone3(2) (as in sandbox.cc).
-struct CloneArgs {
-  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
-      set_tid_size, cgroup;
-};
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -225,11 +218,8 @@ Result<Sandbox> NurseryPrepareSandbox(int mother, SlotCgroup& cgroup) {
 
 long NurseryCloneInit(const int* fds, int nfds, int* pidfd) {
   if (nfds != 6) return -EINVAL;
-  CloneArgs args{};
-  args.flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
-  args.pidfd = reinterpret_cast<uint64_t>(pidfd);
-  args.exit_signal = SIGCHLD;
-  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  // The mother's user namespace is the sandbox's: it is mapped already.
+  long pid = CloneInit(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS, pidfd);
   if (pid < 0) return -errno;
   if (pid == 0) ArrangeFds({fds[0], fds[1], fds[2], fds[3], fds[4], fds[5]});
   return pid;

@@ -373,6 +373,14 @@ void KillSandbox(const Sandbox& sb) {
   if (sb.pidfd) ::syscall(SYS_pidfd_send_signal, sb.pidfd.get(), SIGKILL, nullptr, 0);
 }
 
+long CloneInit(uint64_t namespaces, int* pidfd) {
+  CloneArgs args{};
+  args.flags = namespaces | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(pidfd);
+  args.exit_signal = SIGCHLD;
+  return ::syscall(SYS_clone3, &args, sizeof args);
+}
+
 Result<SandboxFds> MakeSandboxFds() {
   auto sync = MakePipe();
   auto status = MakePipe();
@@ -447,12 +455,6 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotC
   if (!fds.ok()) return fds.status();
 
   int pidfd = -1;
-  CloneArgs args{};
-  // The cgroup namespace is created by init itself once it sits in its slot cgroup, so that
-  // cgroup is its root.
-  args.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
-  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-  args.exit_signal = SIGCHLD;
   // A user namespace belongs to the effective uid that creates it, and the kernel charges the
   // per-user budgets of everything inside (inotify instances and watches, POSIX message queues,
   // ...) to that owner on the host too. Created as root, every sandbox would spend root's
@@ -463,7 +465,9 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotC
   // below instead, before it runs anything.)
   uint32_t owner = config.host_id_base + 2 * slot;
   if (::setresuid(static_cast<uid_t>(-1), owner, static_cast<uid_t>(-1)) != 0) return ErrnoStatus("seteuid for clone");
-  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  // The cgroup namespace is created by init itself once it sits in its slot cgroup, so that
+  // cgroup is its root.
+  long pid = CloneInit(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS, &pidfd);
   int clone_errno = errno;
   if (pid != 0 && ::setresuid(static_cast<uid_t>(-1), 0, static_cast<uid_t>(-1)) != 0) ::_exit(1);  // cannot go on unprivileged
   if (pid < 0) return ErrnoStatus("clone3", clone_errno);

@@ -58,6 +58,10 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotC
 // The two ends of a sandbox's pipes and stub socket: the host's, in a Sandbox, and the six
 // init takes, in the order it expects them at fds 3-8 (sync read, status write, stub socket,
 // stdin read, stdout write, stderr write).
+// clone3 of a sandbox's init into `namespaces` (CLONE_NEW* flags), with a pidfd in *pidfd and
+// SIGCHLD at its exit: its pid in the parent, 0 in init, -1 (errno) on failure.
+long CloneInit(uint64_t namespaces, int* pidfd);
+
 struct SandboxFds {
   Sandbox sb;
   UniqueFd inside[6];
