@@ -50,7 +50,9 @@ RESULTS=$OUT/results.jsonl
 : > "$RESULTS"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 # Other sandbox daemons and Redis servers on this (shared) machine at the start: noise we cannot stop.
-OTHERS_START="$(pgrep -x sandpoold | wc -l) sandpoold processes (daemons + spawners) and $(pgrep -x redis-server | wc -l) redis-server processes of other users"
+# pgrep exits 1 when it finds nothing: counted without it, so pipefail and set -e do not end the run.
+count_procs() { local n=0 c; for c in /proc/[0-9]*/comm; do [[ $(cat "$c" 2>/dev/null) == "$1" ]] && n=$((n + 1)); done; echo "$n"; }
+OTHERS_START="$(count_procs sandpoold) sandpoold processes (daemons + spawners) and $(count_procs redis-server) redis-server processes of other users"
 START_TS=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 T_START=$(date +%s)
 

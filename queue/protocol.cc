@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "common/runtimes.h"
+
 namespace sandpool {
 namespace {
 
@@ -191,7 +193,8 @@ std::string EncodeJobImpl(const JobSpec& spec, bool send_max_output) {
 // ---------------------------------------------------------------------------------------------
 
 bool ValidRuntime(std::string_view runtime) {
-  return runtime == "python" || runtime == "node" || runtime == "bash";
+  const RuntimeInfo* r = FindRuntime(runtime);
+  return r != nullptr && r->code_jobs;
 }
 
 bool ValidTemplateName(std::string_view name) {

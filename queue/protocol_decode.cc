@@ -9,6 +9,7 @@
 #include <new>
 #include <set>
 
+#include "common/runtimes.h"
 #include "queue/protocol.h"
 
 namespace sandpool {
@@ -210,6 +211,11 @@ std::optional<JobError> ApplyJobField(JobField f, std::string_view name, const m
         if (const char* why = BadText(s)) {
           return Err(ErrorCode::kBadField, "argv[" + std::to_string(i) + "]: " + why);
         }
+        if (s.size() >= kMaxExecString) {
+          return Err(ErrorCode::kTooLarge, "argv[" + std::to_string(i) + "]: more than " +
+                                               std::to_string(kMaxExecString - 1) +
+                                               " bytes (the kernel's limit for one argument)");
+        }
         total += s.size();
       }
       if (total > lim.max_argv_bytes) {
@@ -275,6 +281,11 @@ std::optional<JobError> ApplyJobField(JobField f, std::string_view name, const m
         if (const char* why = BadText(val)) return Err(ErrorCode::kBadField, "env." + std::string(k) + ": " + why);
         if (!seen.insert(k).second) {
           return Err(ErrorCode::kBadField, "env: duplicate name " + std::string(k));
+        }
+        if (k.size() + 1 + val.size() >= kMaxExecString) {
+          return Err(ErrorCode::kTooLarge, "env." + std::string(k) + ": NAME=value is more than " +
+                                               std::to_string(kMaxExecString - 1) +
+                                               " bytes (the kernel's limit for one variable)");
         }
         total += k.size() + val.size();
       }

@@ -1,5 +1,7 @@
 #include "scheduler/config.h"
 
+#include "common/runtimes.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -194,8 +196,10 @@ Status ApplyTemplateKey(TemplateConfig* t, const std::string& key, const std::st
   };
   uint64_t n = 0;
   if (key == "runtime") {
-    if (value != "none" && value != "sh" && value != "bash" && value != "python" && value != "node") {
-      return Status::Error("runtime must be none, sh, bash, python or node");
+    if (value != "none" && FindRuntime(value) == nullptr) {
+      std::string names = "none";
+      for (const RuntimeInfo& r : kRuntimes) names += ", " + std::string(r.name);
+      return Status::Error("runtime must be one of " + names);
     }
     t->sandbox.runtime = value == "none" ? "" : value;
   } else if (key == "workers") {
@@ -265,10 +269,10 @@ Status BuildTemplates(DaemonConfig* c,
   uint32_t max_default = c->max_workers ? c->max_workers : std::max<uint32_t>(c->workers, 16);
   // The default template keeps a shell warm: shell jobs (what agents send) start with no exec.
   c->templates.push_back(make("default", "sh", c->workers, max_default));
-  if (c->python_workers > 0 && ::access("/usr/bin/python3", X_OK) == 0) {
+  if (c->python_workers > 0 && ::access(FindRuntime("python")->interpreter, X_OK) == 0) {
     c->templates.push_back(make("python", "python", c->python_workers, c->python_max_workers));
   }
-  if (c->node_workers > 0 && ::access("/usr/bin/node", X_OK) == 0) {
+  if (c->node_workers > 0 && ::access(FindRuntime("node")->interpreter, X_OK) == 0) {
     c->templates.push_back(make("node", "node", c->node_workers, c->node_max_workers));
   }
   for (const auto& [name, keys] : sections) {
@@ -290,10 +294,8 @@ Status BuildTemplates(DaemonConfig* c,
     if (t.sandbox.cgroup.memory_bytes > c->limits.max_memory_bytes) {
       return Status::Error("[template " + t.name + "] memory is above --max-memory");
     }
-    if (!t.sandbox.runtime.empty()) {
-      const char* interp = t.sandbox.runtime == "python" ? "/usr/bin/python3"
-                           : t.sandbox.runtime == "node" ? "/usr/bin/node"
-                           : t.sandbox.runtime == "bash" ? "/bin/bash" : "/bin/sh";
+    if (const RuntimeInfo* r = FindRuntime(t.sandbox.runtime)) {
+      const char* interp = r->interpreter;
       if (::access(interp, X_OK) != 0) {
         return Status::Error("[template " + t.name + "] runtime " + t.sandbox.runtime + " needs " + interp);
       }

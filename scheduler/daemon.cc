@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/runtimes.h"
 #include "scheduler/scripts.h"
 
 namespace sandpool {
@@ -35,15 +36,12 @@ int64_t EntryMs(const std::string& id) { return std::strtoll(id.c_str(), nullptr
 
 Daemon::Daemon(const DaemonConfig& config, struct event_base* base, SpawnerHandle spawner, CgroupLayout layout)
     : config_(config), base_(base), spawner_(std::move(spawner)), layout_(std::move(layout)),
-      keys_(config.prefix), stream_(keys_.Queue(config.queue)) {
-  spawner_channel_ = Channel(std::move(spawner_.channel));
-}
+      keys_(config.prefix), stream_(keys_.Queue(config.queue)) {}
 
 Daemon::~Daemon() {
   for (struct event* e : signal_evs_) event_free(e);
   if (heartbeat_ev_) event_free(heartbeat_ev_);
   if (grace_ev_) event_free(grace_ev_);
-  if (spawner_ev_) event_free(spawner_ev_);
 }
 
 Status Daemon::Start() {
@@ -68,9 +66,14 @@ Status Daemon::Start() {
   struct event* chld = evsignal_new(base_, SIGCHLD, &Daemon::OnChildSignal, this);
   evsignal_add(chld, nullptr);
   signal_evs_.push_back(chld);
-  (void)SetNonBlocking(spawner_channel_.fd());
-  spawner_ev_ = event_new(base_, spawner_channel_.fd(), EV_READ | EV_PERSIST, &Daemon::OnSpawnerEvent, this);
-  event_add(spawner_ev_, nullptr);
+  spawner_channel_.Open(
+      base_, std::move(spawner_.channel), [this](Frame& f) { OnSpawnerFrame(f); },
+      [this](const Status& why) {
+        // Without the spawner no sandbox can ever be made again: stop, so a supervisor restarts us.
+        LogError("spawner lost; shutting down", {{"error", why.message()}});
+        exit_code_ = 1;
+        Drain("spawner lost");
+      });
 
   SlotHooks hooks;
   hooks.on_ready = [this](Slot& s) {
@@ -177,27 +180,14 @@ void Daemon::SpawnKeeper(uint32_t slot) {
   if (!s.ok()) LogError("cannot reach the spawner", {{"error", s.message()}});
 }
 
-void Daemon::OnSpawnerEvent(evutil_socket_t, short, void* arg) { static_cast<Daemon*>(arg)->OnSpawnerReadable(); }
-
-void Daemon::OnSpawnerReadable() {
-  std::vector<Frame> frames;
-  Status s = spawner_channel_.OnReadable(&frames);
-  for (Frame& f : frames) {
-    KeeperMsg m;
-    if (f.type != static_cast<uint16_t>(MsgType::kKeeper) || !Decode(f.payload, &m).ok() || f.fds.size() != 1 ||
-        m.slot >= slots_.size() || !slots_[m.slot]->active) {
-      continue;  // a keeper for a slot retired meanwhile: dropping the fd makes it exit
-    }
-    slots_[m.slot]->AttachKeeper(std::move(f.fds[0]), m.pid);
-    UpdateWorkerGauges();
+void Daemon::OnSpawnerFrame(Frame& f) {
+  KeeperMsg m;
+  if (f.type != static_cast<uint16_t>(MsgType::kKeeper) || !Decode(f.payload, &m).ok() || f.fds.size() != 2 ||
+      m.slot >= slots_.size() || !slots_[m.slot]->active) {
+    return;  // a keeper for a slot retired meanwhile: dropping the fd makes it exit
   }
-  if (!s.ok()) {
-    // Without the spawner no sandbox can ever be made again: stop, so a supervisor restarts us.
-    LogError("spawner lost; shutting down", {{"error", s.message()}});
-    event_del(spawner_ev_);
-    exit_code_ = 1;
-    Drain("spawner lost");
-  }
+  slots_[m.slot]->AttachKeeper(std::move(f.fds[0]), m.pid, std::move(f.fds[1]));
+  UpdateWorkerGauges();
 }
 
 Slot* Daemon::ReadySlot() {
@@ -490,6 +480,15 @@ void Daemon::Dispatch(Entry e) {
     return;
   }
   uint32_t t = static_cast<uint32_t>(tmpl);
+  if (spec.code && spec.runtime != config_.templates[t].sandbox.runtime &&
+      SourceArgv(*FindRuntime(spec.runtime), *spec.code).empty()) {
+    Reject(job_id, e, ErrorCode::kTooLarge,
+           "code: " + std::to_string(spec.code->size()) + " bytes of " + spec.runtime + " in template '" +
+               config_.templates[t].name + "', which does not keep " + spec.runtime +
+               " warm, must go on a command line (at most " + std::to_string(kMaxExecString - 1) + " bytes)",
+           false);
+    return;
+  }
   Slot* slot = ReadySlot(t);
   if (slot == nullptr) {
     // The pool is empty: the job waits for the next sandbox of its template (never a path with

@@ -24,6 +24,7 @@
 #include "queue/keys.h"
 #include "queue/protocol.h"
 #include "scheduler/config.h"
+#include "scheduler/loop_channel.h"
 #include "scheduler/redis_async.h"
 #include "scheduler/slot.h"
 #include "worker/cgroup.h"
@@ -88,7 +89,7 @@ class Daemon {
 
   // Slots, keepers and pools.
   void SpawnKeeper(uint32_t slot);
-  void OnSpawnerReadable();
+  void OnSpawnerFrame(Frame& f);
   Slot* ReadySlot();                  // of any template
   Slot* ReadySlot(uint32_t tmpl);
   int TemplateFor(const JobSpec& spec) const;  // -1: unknown template
@@ -102,14 +103,13 @@ class Daemon {
   static void OnHeartbeatTimer(evutil_socket_t, short, void* arg);
   static void OnSignal(evutil_socket_t sig, short, void* arg);
   static void OnGraceTimer(evutil_socket_t, short, void* arg);
-  static void OnSpawnerEvent(evutil_socket_t, short, void* arg);
   static void OnChildSignal(evutil_socket_t, short, void* arg);
   void ReapChildren();
 
   DaemonConfig config_;
   struct event_base* base_;
   SpawnerHandle spawner_;
-  Channel spawner_channel_;
+  LoopChannel spawner_channel_;
   CgroupLayout layout_;
   Keys keys_;
   std::string stream_;
@@ -144,7 +144,6 @@ class Daemon {
 
   struct event* heartbeat_ev_ = nullptr;
   struct event* grace_ev_ = nullptr;
-  struct event* spawner_ev_ = nullptr;
   std::vector<struct event*> signal_evs_;
 };
 

@@ -1,12 +1,15 @@
 #include "scheduler/slot.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "common/log.h"
+#include "common/runtimes.h"
 
 namespace sandpool {
 namespace {
@@ -55,44 +58,33 @@ Slot::Slot(struct event_base* base, uint32_t index, uint32_t template_index, std
     : base_(base), index_(index), template_index_(template_index), runtime_(std::move(runtime)),
       template_env_(std::move(template_env)), hooks_(std::move(hooks)) {
   timeout_ev_ = evtimer_new(base_, &Slot::OnTimeout, this);
+  kill_answer_ev_ = evtimer_new(base_, &Slot::OnKillUnanswered, this);
 }
 
 Slot::~Slot() {
   Shutdown();
   event_free(timeout_ev_);
+  event_free(kill_answer_ev_);
 }
 
-void Slot::AttachKeeper(UniqueFd channel, pid_t pid) {
-  (void)SetNonBlocking(channel.get());
+void Slot::AttachKeeper(UniqueFd channel, pid_t pid, UniqueFd pidfd) {
   keeper_pid_ = pid;
-  channel_ = Channel(std::move(channel));
-  channel_ev_ = event_new(base_, channel_.fd(), EV_READ | EV_PERSIST, &Slot::OnChannel, this);
-  event_add(channel_ev_, nullptr);
+  keeper_pidfd_ = std::move(pidfd);
+  channel_.Open(
+      base_, std::move(channel), [this](Frame& f) { HandleFrame(f); },
+      [this](const Status& why) { LoseKeeper(why.message()); });
   state_ = State::kPreparing;
 }
 
 void Slot::Shutdown() {
-  if (channel_ev_ != nullptr) {
-    event_free(channel_ev_);
-    channel_ev_ = nullptr;
-  }
   channel_.Close();
+  keeper_pidfd_.reset();
   ResetJob();
   state_ = State::kNoKeeper;
 }
 
-void Slot::OnChannel(evutil_socket_t, short, void* arg) {
-  auto* self = static_cast<Slot*>(arg);
-  std::vector<Frame> frames;
-  Status s = self->channel_.OnReadable(&frames);
-  for (Frame& f : frames) {
-    self->HandleFrame(f);
-    if (self->state_ == State::kNoKeeper) return;
-  }
-  if (!s.ok()) self->LoseKeeper(s.message());
-}
-
 void Slot::SendToKeeper(MsgType t, const std::string& payload) {
+  // A failure means the keeper is gone; the channel reports that (LoseKeeper) from the loop.
   Status s = channel_.Send(static_cast<uint16_t>(t), payload);
   if (!s.ok()) LogWarn("keeper channel send failed", {{"slot", index_}, {"error", s.message()}});
 }
@@ -124,6 +116,7 @@ void Slot::HandleFrame(Frame& f) {
       ExitedMsg m;
       if (!Decode(f.payload, &m).ok() || m.generation != generation_) return;
       if (state_ == State::kRunning) {
+        evtimer_del(kill_answer_ev_);
         exited_ = true;
         exited_msg_ = std::move(m);
         struct timeval tv = {kDrainMs / 1000, (kDrainMs % 1000) * 1000};
@@ -210,16 +203,15 @@ void Slot::Start(SlotJob job) {
   if (spec.shell) {
     run.kind = "shell";
     run.code = *spec.shell;
-    run.argv = {"/bin/sh", "-c", *spec.shell};
+    run.argv = SourceArgv(*FindRuntime("sh"), *spec.shell);
   } else if (spec.code && spec.runtime == runtime_) {
     run.kind = "code";  // the slot's warm interpreter runs it
     run.code = *spec.code;
   } else if (spec.code) {
-    // No warm interpreter for this runtime here: start one, as `python3 -c` & co. would.
+    // No warm interpreter for this runtime here: start one, as `python3 -c` & co. would (the
+    // daemon refused code too long for that before claiming the job).
     run.kind = "argv";
-    if (spec.runtime == "python") run.argv = {"/usr/bin/python3", "-c", *spec.code};
-    else if (spec.runtime == "node") run.argv = {"node", "-e", *spec.code};
-    else run.argv = {"/bin/bash", "-c", *spec.code};
+    run.argv = SourceArgv(*FindRuntime(spec.runtime), *spec.code);
   } else {
     run.kind = "argv";
     run.argv = spec.argv;
@@ -313,6 +305,19 @@ void Slot::Kill(KillReason reason) {
   if (state_ != State::kRunning || kill_ != KillReason::kNone || exited_) return;
   kill_ = reason;
   SendToKeeper(MsgType::kKill, Encode(GenerationMsg{generation_}));
+  struct timeval tv = {kKillAnswerMs / 1000, (kKillAnswerMs % 1000) * 1000};
+  evtimer_add(kill_answer_ev_, &tv);
+}
+
+void Slot::OnKillUnanswered(evutil_socket_t, short, void* arg) {
+  auto* self = static_cast<Slot*>(arg);
+  if (self->state_ != State::kRunning || self->exited_) return;
+  LogError("keeper did not answer a kill; replacing it",
+           {{"slot", self->index_}, {"pid", static_cast<int64_t>(self->keeper_pid_)},
+            {"job", self->job_->spec.id}, {"waited_ms", kKillAnswerMs}});
+  // Its sandboxes die with it (their inits' parent-death signal).
+  if (self->keeper_pidfd_) ::syscall(SYS_pidfd_send_signal, self->keeper_pidfd_.get(), SIGKILL, nullptr, 0);
+  self->LoseKeeper("did not answer a kill within " + std::to_string(kKillAnswerMs) + " ms");
 }
 
 void Slot::OnTimeout(evutil_socket_t, short, void* arg) {
@@ -345,13 +350,14 @@ void Slot::MaybeFinish() {
   JobResult r = std::move(result_);
   std::optional<Frame> ready = std::move(deferred_ready_);
   ResetJob();
-  state_ = channel_.valid() ? State::kPreparing : State::kNoKeeper;
+  state_ = channel_.open() ? State::kPreparing : State::kNoKeeper;
   if (hooks_.on_finished) hooks_.on_finished(*this, std::move(r));
   if (ready && state_ == State::kPreparing) AcceptReady(*ready);
 }
 
 void Slot::ResetJob() {
   evtimer_del(timeout_ev_);
+  evtimer_del(kill_answer_ev_);
   for (int i = 0; i < 2; ++i) {
     if (pipe_ev_[i] != nullptr) event_free(pipe_ev_[i]);
     pipe_ev_[i] = nullptr;
@@ -368,11 +374,8 @@ void Slot::ResetJob() {
 
 void Slot::LoseKeeper(const std::string& why) {
   LogWarn("keeper lost", {{"slot", index_}, {"pid", static_cast<int64_t>(keeper_pid_)}, {"why", why}});
-  if (channel_ev_ != nullptr) {
-    event_free(channel_ev_);
-    channel_ev_ = nullptr;
-  }
   channel_.Close();
+  keeper_pidfd_.reset();
   if (state_ == State::kRunning) {
     // The sandbox died with its keeper; end the job with what we have.
     exited_ = true;

@@ -21,8 +21,8 @@
 
 #include "common/fd.h"
 #include "queue/protocol.h"
+#include "scheduler/loop_channel.h"
 #include "scheduler/outcome.h"
-#include "worker/channel.h"
 #include "worker/messages.h"
 
 namespace sandpool {
@@ -73,23 +73,28 @@ class Slot {
   // Sequence numbers of the live events of the current job (0 = started).
   uint64_t NextSeq() { return seq_++; }
 
-  void AttachKeeper(UniqueFd channel, pid_t pid);
+  // A keeper started for this slot: `channel` is its end of the conversation, `pidfd` the
+  // keeper process (to kill it if it stops answering).
+  void AttachKeeper(UniqueFd channel, pid_t pid, UniqueFd pidfd);
   // kReady -> kReserved. The slot is held for a job whose claim is in flight.
   void Reserve();
   // kReserved -> kReady (the claim said not to run it).
   void Release();
   // kReserved -> kRunning: sends the job to the keeper.
   void Start(SlotJob job);
-  // Kills the running job (no-op if none or already killed); the result says why.
+  // Kills the running job (no-op if none or already killed); the result says why. A keeper that
+  // has not reported the sandbox's end kKillAnswerMs later is killed and replaced, and the job
+  // ends with what it has: no job outlives its timeout by more than that margin.
   void Kill(KillReason reason);
+  static constexpr int kKillAnswerMs = 5000;
   // Closes the keeper channel (the keeper exits and its sandbox dies).
   void Shutdown();
 
  private:
-  static void OnChannel(evutil_socket_t, short, void* arg);
   static void OnPipe(evutil_socket_t fd, short, void* arg);
   static void OnStdin(evutil_socket_t fd, short, void* arg);
   static void OnTimeout(evutil_socket_t, short, void* arg);
+  static void OnKillUnanswered(evutil_socket_t, short, void* arg);
 
   void HandleFrame(Frame& f);
   void AcceptReady(Frame& f);
@@ -110,8 +115,8 @@ class Slot {
   State state_ = State::kNoKeeper;
   bool failing_ = false;
   pid_t keeper_pid_ = -1;
-  Channel channel_;
-  struct event* channel_ev_ = nullptr;
+  UniqueFd keeper_pidfd_;
+  LoopChannel channel_;
   uint64_t generation_ = 0;
 
   // Pipes of the prepared sandbox (valid from Ready until the job ends).
@@ -119,6 +124,7 @@ class Slot {
   struct event* pipe_ev_[2] = {nullptr, nullptr};
   struct event* stdin_ev_ = nullptr;
   struct event* timeout_ev_ = nullptr;
+  struct event* kill_answer_ev_ = nullptr;  // armed by Kill(), cleared by the keeper's Exited
 
   std::optional<SlotJob> job_;
   std::string last_entry_;

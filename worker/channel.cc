@@ -87,7 +87,7 @@ Status Channel::Flush() {
   return Status::Ok();
 }
 
-Status Channel::ReadSome(bool* eof, bool* would_block) {
+Status Channel::ReadSome(bool* eof, bool* would_block, int flags) {
   *eof = false;
   *would_block = false;
   char buf[65536];
@@ -100,7 +100,7 @@ Status Channel::ReadSome(bool* eof, bool* would_block) {
   msg.msg_controllen = sizeof cbuf;
   ssize_t n;
   do {
-    n = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
+    n = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC | flags);
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
     if (errno == EAGAIN) {
@@ -161,7 +161,7 @@ Result<Frame> Channel::Receive() {
     if (TakeFrame(&f, &err)) return f;
     if (!err.ok()) return err;
     bool eof, would_block;
-    SP_RETURN_IF_ERROR(ReadSome(&eof, &would_block));
+    SP_RETURN_IF_ERROR(ReadSome(&eof, &would_block, 0));
     if (eof) return Status::Error("channel: peer closed");
     if (would_block) return Status::Error("channel: socket is non-blocking", EAGAIN);
   }
@@ -170,7 +170,9 @@ Result<Frame> Channel::Receive() {
 Status Channel::OnReadable(std::vector<Frame>* out) {
   for (;;) {
     bool eof, would_block;
-    Status s = ReadSome(&eof, &would_block);
+    // MSG_DONTWAIT: a frame that arrived in part stays buffered here, whatever the fd's mode,
+    // so a reader never blocks waiting for the rest of it.
+    Status s = ReadSome(&eof, &would_block, MSG_DONTWAIT);
     for (;;) {
       Frame f;
       Status err;

@@ -9,8 +9,12 @@
 //
 // Two modes over the same framing:
 //  - blocking (keeper, spawner): Send() writes the whole frame, Receive() blocks for one frame;
-//  - non-blocking (scheduler loop): Send() queues what the socket does not take (call Flush()
-//    when writable), OnReadable() drains the socket into complete frames.
+//  - non-blocking (scheduler loop): Send() queues what the socket does not take (the owner must
+//    call Flush() when the fd is writable while HasQueued()), OnReadable() drains the socket
+//    into complete frames.
+// OnReadable() never blocks, whatever the fd's mode (MSG_DONTWAIT), and keeps a partial frame
+// until the rest arrives, so a process that must also watch other fds (the keeper) can read
+// frames with it from a blocking socket and still send with blocking writes.
 // Not thread-safe. Received fds are O_CLOEXEC (MSG_CMSG_CLOEXEC).
 #pragma once
 
@@ -50,6 +54,7 @@ class Channel {
   // Non-blocking mode: writes queued bytes. Returns OK when drained or EAGAIN was hit.
   Status Flush();
   bool HasQueued() const { return out_off_ < out_.size(); }
+  size_t QueuedBytes() const { return out_.size() - out_off_; }
 
   // Blocking mode: receives one whole frame. EOF before a frame -> error with sys_errno 0.
   Result<Frame> Receive();
@@ -59,7 +64,7 @@ class Channel {
   Status OnReadable(std::vector<Frame>* out);
 
  private:
-  Status ReadSome(bool* eof, bool* would_block);
+  Status ReadSome(bool* eof, bool* would_block, int flags);
   bool TakeFrame(Frame* f, Status* err);
 
   UniqueFd fd_;

@@ -61,7 +61,7 @@ class Keeper {
   Keeper(const KeeperArgs& a, Channel channel, SlotCgroup cgroup, SeccompProgram seccomp, UniqueFd nursery_lib)
       : a_(a), ch_(std::move(channel)), cgroup_(std::move(cgroup)), seccomp_(std::move(seccomp)),
         nursery_lib_(std::move(nursery_lib)) {
-    ParseRuntime(a.config.runtime, &runtime_);
+    runtime_ = TemplateRuntime(a.config.runtime);
     if (nursery_lib_) nursery_config_ = EncodeNurseryConfig(a.config, seccomp_);
   }
 
@@ -161,10 +161,16 @@ class Keeper {
   // Sleeps, but leaves at once if the scheduler goes away.
   void WaitOrExit(int ms) {
     struct pollfd p = {ch_.fd(), POLLIN, 0};
-    if (::poll(&p, 1, ms) > 0) {
-      auto f = ch_.Receive();
-      if (!f.ok()) Exit("scheduler channel closed");
-    }
+    if (::poll(&p, 1, ms) > 0) (void)ReadFrames();  // nothing is expected but the channel's end
+  }
+
+  // The frames that arrived (a partly received frame waits for its rest); leaves if the
+  // scheduler went away.
+  std::vector<Frame> ReadFrames() {
+    std::vector<Frame> frames;
+    Status s = ch_.OnReadable(&frames);
+    if (!s.ok()) Exit("scheduler channel: " + s.message());
+    return frames;
   }
 
   // Serves the current sandbox until it is gone, then reports Exited.
@@ -173,6 +179,8 @@ class Keeper {
     int64_t exec_at = 0, exec_end = 0;
     uint64_t cpu_limit_us = 0;
     std::string stub_said;  // what the stub or zygote wrote back after the job was sent
+    std::string to_stub;    // the job's bytes not yet taken by the stub's socket
+    size_t to_stub_off = 0;
     bool have_exec_error = false;
     int exec_errno = 0;
     std::string exec_stage;
@@ -199,11 +207,13 @@ class Keeper {
       }
       sb_.stub.reset();
       run_sent = false;
+      to_stub.clear();
     };
     for (;;) {
+      short stub_events = static_cast<short>(to_stub.empty() ? POLLIN : POLLIN | POLLOUT);
       struct pollfd p[4] = {{ch_.fd(), POLLIN, 0},
                             {sb_.pidfd.get(), POLLIN, 0},
-                            {run_sent ? sb_.stub.get() : -1, POLLIN, 0},
+                            {run_sent ? sb_.stub.get() : -1, stub_events, 0},
                             {status_open ? sb_.status.get() : -1, POLLIN, 0}};
       // A CPU-time limit is watched on the whole cgroup, so it covers every process of the job.
       int timeout = (started && cpu_limit_us > 0) ? 20 : -1;
@@ -220,37 +230,53 @@ class Keeper {
         }
       }
       if (p[0].revents) {
-        auto f = ch_.Receive();
-        if (!f.ok()) Exit("scheduler channel closed");
-        if (f->type == static_cast<uint16_t>(MsgType::kRun) && !run_sent) {
-          RunMsg run;
-          if (!Decode(f->payload, &run).ok() || run.generation != gen_) continue;
-          Status s = cgroup_.SetLimits(run.memory_bytes, run.pids);
-          if (!s.ok()) LogWarn("cgroup limits", {{"error", s.message()}});
-          (void)cgroup_.ResetPeak();
-          if (auto st = cgroup_.Read(); st.ok()) base = *st;
-          cpu_limit_us = run.cpu_time_ms * 1000;
-          // The stub is blocked reading; a write error means it died, which the pidfd reports.
-          if (runtime_ == Runtime::kNone) {
-            uint32_t len = static_cast<uint32_t>(f->payload.size());
-            std::string framed(reinterpret_cast<const char*>(&len), sizeof len);
-            framed += f->payload;
-            (void)WriteAll(sb_.stub.get(), framed.data(), framed.size());
-          } else {
-            std::string payload = ZygotePayload(runtime_, run);
-            (void)WriteAll(sb_.stub.get(), payload.data(), payload.size());
-            ::shutdown(sb_.stub.get(), SHUT_WR);
-          }
-          run_sent = true;
-        } else if (f->type == static_cast<uint16_t>(MsgType::kKill)) {
-          GenerationMsg k;
-          if (Decode(f->payload, &k).ok() && k.generation == gen_) {
-            killed = true;
-            Kill();
+        for (Frame& f : ReadFrames()) {
+          if (f.type == static_cast<uint16_t>(MsgType::kRun) && !run_sent && !killed) {
+            RunMsg run;
+            if (!Decode(f.payload, &run).ok() || run.generation != gen_) continue;
+            Status s = cgroup_.SetLimits(run.memory_bytes, run.pids);
+            if (!s.ok()) LogWarn("cgroup limits", {{"error", s.message()}});
+            (void)cgroup_.ResetPeak();
+            if (auto st = cgroup_.Read(); st.ok()) base = *st;
+            cpu_limit_us = run.cpu_time_ms * 1000;
+            // The stub (or zygote) is blocked reading; the job goes to it as the socket takes it
+            // (POLLOUT below), so a large job never blocks this loop.
+            if (runtime_ == nullptr) {
+              uint32_t len = static_cast<uint32_t>(f.payload.size());
+              to_stub.assign(reinterpret_cast<const char*>(&len), sizeof len);
+              to_stub += f.payload;
+            } else {
+              to_stub = ZygotePayload(*runtime_, run);
+            }
+            to_stub_off = 0;
+            run_sent = true;
+          } else if (f.type == static_cast<uint16_t>(MsgType::kKill)) {
+            GenerationMsg k;
+            if (Decode(f.payload, &k).ok() && k.generation == gen_ && !killed) {
+              killed = true;
+              Kill();
+            }
           }
         }
       }
-      if (p[2].revents) {
+      if (p[2].revents & POLLOUT) {
+        while (to_stub_off < to_stub.size()) {
+          ssize_t w = ::send(sb_.stub.get(), to_stub.data() + to_stub_off, to_stub.size() - to_stub_off,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+          if (w < 0 && errno == EINTR) continue;
+          if (w < 0 && errno == EAGAIN) break;
+          // The stub died (EPIPE): the rest is dropped; its end shows on the pidfd.
+          to_stub_off = w < 0 ? to_stub.size() : to_stub_off + static_cast<size_t>(w);
+          if (to_stub_off == to_stub.size()) {
+            to_stub.clear();
+            to_stub_off = 0;
+            // A zygote reads its job to EOF.
+            if (runtime_ != nullptr) ::shutdown(sb_.stub.get(), SHUT_WR);
+            break;
+          }
+        }
+      }
+      if (p[2].revents & (POLLIN | POLLHUP | POLLERR)) {
         char buf[128];
         ssize_t r = ::read(sb_.stub.get(), buf, sizeof buf);
         if (r > 0 && stub_said.size() < 256) stub_said.append(buf, static_cast<size_t>(r));
@@ -333,7 +359,7 @@ class Keeper {
   std::string nursery_config_;  // what the mother is told at its start
   Sandbox mother_;              // the nursery mother's sandbox (its stub socket is the mother's)
   Sandbox sb_;
-  Runtime runtime_ = Runtime::kNone;
+  const RuntimeInfo* runtime_ = nullptr;  // the warm interpreter's, or none (the stub execs)
   uint64_t gen_ = 0;
 };
 

@@ -23,7 +23,8 @@ enum class MsgType : uint16_t {
   kKill = 11,    // kill the sandbox of this generation now
   // scheduler <-> spawner
   kSpawnKeeper = 20,  // scheduler -> spawner: start the keeper of a slot
-  kKeeper = 21,       // spawner -> scheduler: a keeper started; fd: the scheduler's channel end
+  kKeeper = 21,       // spawner -> scheduler: a keeper started; fds: the scheduler's channel end,
+                      // the keeper's pidfd
 };
 
 struct ReadyMsg {

@@ -24,7 +24,6 @@ constexpr const char* kStage = "/tmp";
 // Inside the base root, out of the way of anything an image or a job uses: the idmapped lower
 // layers (read-only, prepared by the keeper), the per-sandbox copy-on-write tmpfs and the merged
 // root of a prepared-root template (both mounted by each sandbox's init).
-constexpr const char* kHidden = "/.sandpool";
 constexpr const char* kLowerRoot = "/.sandpool/root";
 constexpr const char* kLowerLayer = "/.sandpool/layer";
 constexpr const char* kCow = "/.sandpool/cow";

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -134,6 +135,12 @@ void StubPrologue(const SandboxConfig& config, const SeccompProgram* seccomp) {
   // except the special value 1, and a 1-byte file limit writes no core file either.
   SetLimit(RLIMIT_CORE, 1, 1);
   SetLimit(RLIMIT_MEMLOCK, 64 << 10, 64 << 10);
+  // A quarter of the stack limit is what execve takes for argv and the environment together:
+  // 8 MiB leaves room for the protocol's 1 MiB of argv plus 256 KiB of environment.
+  struct rlimit stack;
+  if (::getrlimit(RLIMIT_STACK, &stack) == 0 && stack.rlim_cur != RLIM_INFINITY && stack.rlim_cur < (8u << 20)) {
+    SetLimit(RLIMIT_STACK, 8u << 20, std::max<rlim_t>(stack.rlim_max, 8u << 20));
+  }
   ResetSignals();
   // The filter is the last thing set up, and it is loaded before the job arrives: loading it
   // costs ~0.1 ms, too much for the hot path. From here on only this stub's own code runs
@@ -169,11 +176,9 @@ namespace {
 [[noreturn]] void StubMain(const SandboxConfig& config, const SeccompProgram* seccomp) {
   const int sock = 3;
   StubPrologue(config, seccomp);
-  Runtime runtime = Runtime::kNone;
-  ParseRuntime(config.runtime, &runtime);
-  if (runtime != Runtime::kNone) {
+  if (const RuntimeInfo* runtime = TemplateRuntime(config.runtime)) {
     // Become the template's warm interpreter now; it says 'R' itself when it is ready.
-    ExecInterpreter(ZygoteCommand(runtime), config, "/work", 1, "zygote");
+    ExecInterpreter(ZygoteCommand(*runtime), config, "/work", 1, "zygote");
   }
   if (::write(sock, "R", 1) != 1) ::_exit(125);
 
@@ -233,7 +238,7 @@ namespace {
   if (::setsid() < 0) StubExecFail(3, errno, "setsid", 126);
   SetLimit(RLIMIT_CORE, 1, 1);
   ResetSignals();
-  std::vector<std::string> cmd = ZygoteCommand(Runtime::kPython);
+  std::vector<std::string> cmd = ZygoteCommand(*FindRuntime("python"));
   cmd.push_back("mother");
   ExecInterpreter(std::move(cmd), config, "/", 2, "mother");
 }

@@ -77,7 +77,17 @@ void WipeProcessArguments(char** argv) {
       KeeperMain(args, UniqueFd(3));
     }
     pair->a.reset();
-    Status s = ch.Send(static_cast<uint16_t>(MsgType::kKeeper), Encode(KeeperMsg{req.slot, pid}), {pair->b.get()});
+    // A pidfd, so the daemon can kill a keeper that stopped answering without racing a reused
+    // pid. Taken at once: keepers are reaped automatically, and this one cannot have been yet
+    // unless something killed it within these microseconds.
+    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    if (!pidfd) {
+      LogError("pidfd_open of a new keeper", {{"error", ErrnoStatus("pidfd_open").message()}});
+      ::kill(pid, SIGKILL);
+      continue;
+    }
+    Status s = ch.Send(static_cast<uint16_t>(MsgType::kKeeper), Encode(KeeperMsg{req.slot, pid}),
+                       {pair->b.get(), pidfd.get()});
     if (!s.ok()) ::_exit(0);
   }
 }

@@ -4,7 +4,7 @@
 // daemon itself.
 //
 // The daemon asks with SpawnKeeper(slot); the spawner forks the keeper and answers Keeper(slot,
-// pid) with the daemon's end of a new channel to it. Keepers are reaped automatically (SIGCHLD
+// pid) with the daemon's end of a new channel to it and a pidfd of the keeper. Keepers are reaped automatically (SIGCHLD
 // ignored); a dead keeper shows up as EOF on its channel. The spawner exits when the daemon's
 // channel closes and dies with the daemon (PDEATHSIG).
 #pragma once

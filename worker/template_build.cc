@@ -48,7 +48,7 @@ Status RunLayerBuild(Channel& spawner, uint32_t template_index, uint32_t slot, c
   SP_RETURN_IF_ERROR(spawner.Send(static_cast<uint16_t>(MsgType::kSpawnKeeper), Encode(SpawnKeeperMsg{slot, template_index})));
   auto kf = spawner.Receive();
   if (!kf.ok()) return kf.status().Prefixed("spawner");
-  if (kf->type != static_cast<uint16_t>(MsgType::kKeeper) || kf->fds.size() != 1) return Status::Error("spawner: unexpected reply");
+  if (kf->type != static_cast<uint16_t>(MsgType::kKeeper) || kf->fds.size() != 2) return Status::Error("spawner: unexpected reply");
   Channel keeper(std::move(kf->fds[0]));
 
   // Ready (or the keeper's set-up failure).

@@ -198,36 +198,16 @@ void AppendJsonStringArray(std::string& out, const std::vector<std::string>& ite
 
 }  // namespace
 
-bool ParseRuntime(const std::string& name, Runtime* out) {
-  if (name.empty() || name == "none") *out = Runtime::kNone;
-  else if (name == "sh") *out = Runtime::kSh;
-  else if (name == "bash") *out = Runtime::kBash;
-  else if (name == "python") *out = Runtime::kPython;
-  else if (name == "node") *out = Runtime::kNode;
-  else return false;
-  return true;
+const RuntimeInfo* TemplateRuntime(const std::string& name) {
+  if (name.empty() || name == "none") return nullptr;
+  return FindRuntime(name);
 }
 
-const char* RuntimeName(Runtime r) {
-  switch (r) {
-    case Runtime::kNone: return "none";
-    case Runtime::kSh: return "sh";
-    case Runtime::kBash: return "bash";
-    case Runtime::kPython: return "python";
-    case Runtime::kNode: return "node";
-  }
-  return "none";
-}
-
-std::vector<std::string> ZygoteCommand(Runtime r) {
-  switch (r) {
-    case Runtime::kSh: return {"/bin/sh", "-c", kShellZygote, "sh"};
-    case Runtime::kBash: return {"/bin/bash", "--norc", "--noprofile", "-c", kShellZygote, "bash"};
-    case Runtime::kPython: return {"/usr/bin/python3", "-c", kPythonZygote};
-    case Runtime::kNode: return {"/usr/bin/node", "-e", kNodeZygote};
-    case Runtime::kNone: break;
-  }
-  return {};
+std::vector<std::string> ZygoteCommand(const RuntimeInfo& r) {
+  if (r.name == "sh") return {r.interpreter, "-c", kShellZygote, "sh"};
+  if (r.name == "bash") return {r.interpreter, "--norc", "--noprofile", "-c", kShellZygote, "bash"};
+  if (r.name == "python") return {r.interpreter, "-c", kPythonZygote};
+  return {r.interpreter, "-e", kNodeZygote};
 }
 
 std::string ShellQuote(const std::string& s) {
@@ -240,8 +220,8 @@ std::string ShellQuote(const std::string& s) {
   return out;
 }
 
-std::string ZygotePayload(Runtime r, const RunMsg& run) {
-  if (r == Runtime::kSh || r == Runtime::kBash) {
+std::string ZygotePayload(const RuntimeInfo& r, const RunMsg& run) {
+  if (r.name == "sh" || r.name == "bash") {
     std::string script;
     script += "cd -- " + ShellQuote(run.cwd) + " 2>/dev/null || { printf 'E2 cwd\\n' >&3; exit 126; }\n";
     script += "unset OLDPWD\n";  // cd set it; sh -c would not have it

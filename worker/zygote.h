@@ -18,22 +18,20 @@
 #include <string>
 #include <vector>
 
+#include "common/runtimes.h"
 #include "worker/messages.h"
 
 namespace sandpool {
 
-enum class Runtime { kNone, kSh, kBash, kPython, kNode };
-
-// "", "sh", "bash", "python", "node" <-> Runtime. Returns false for anything else.
-bool ParseRuntime(const std::string& name, Runtime* out);
-const char* RuntimeName(Runtime r);
+// The runtime a template keeps warm (common/runtimes.h), or nullptr for none ("" or "none").
+const RuntimeInfo* TemplateRuntime(const std::string& name);
 
 // The interpreter command line that starts the zygote (argv[0] is an absolute path).
-std::vector<std::string> ZygoteCommand(Runtime r);
+std::vector<std::string> ZygoteCommand(const RuntimeInfo& r);
 
 // The bytes the keeper sends a zygote for `run`: kind "argv" (run.argv), "shell" (run.code is
 // the line) or "code" (run.code is source for this runtime).
-std::string ZygotePayload(Runtime r, const RunMsg& run);
+std::string ZygotePayload(const RuntimeInfo& r, const RunMsg& run);
 
 // POSIX shell single-quoting: the result is one word whose value is exactly `s` (no NUL).
 std::string ShellQuote(const std::string& s);

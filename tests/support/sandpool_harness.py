@@ -153,11 +153,55 @@ class Daemon:
         """Host pids running as a job's uid (the odd uids): running jobs, and warm interpreters."""
         return [p for p in self.sandbox_processes() if (os.stat(f"/proc/{p}").st_uid - self.uid_base) % 2 == 1]
 
+    def spawner_pid(self) -> int:
+        """The daemon's spawner: its one child whose command line it wiped to a title."""
+        for pid in children_of(self.proc.pid):
+            if read_cmdline(pid).startswith(b"sandpool-spawner"):
+                return pid
+        raise AssertionError("the daemon has no spawner")
+
+    def keeper_of(self, pid: int) -> int:
+        """The keeper whose sandbox holds `pid`: its ancestor whose parent is the spawner."""
+        spawner = self.spawner_pid()
+        while True:
+            parent = parent_pid(pid)
+            if parent == spawner:
+                return pid
+            if parent <= 1:
+                raise AssertionError(f"process {pid} is not in a sandbox of this daemon")
+            pid = parent
+
     def log_tail(self, n: int = 3000) -> str:
         try:
             return Path(self.log_path).read_text(errors="replace")[-n:]
         except FileNotFoundError:
             return ""
+
+
+def parent_pid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
+def children_of(pid: int) -> List[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if parent_pid(int(entry)) == pid:
+                    out.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    return out
+
+
+def read_cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
 
 
 def job_map(job_id: str, **fields) -> dict:

@@ -57,7 +57,7 @@ class SandboxTest : public ::testing::Test {
     auto f = spawner_.Receive();
     ASSERT_TRUE(f.ok()) << f.status().message();
     ASSERT_EQ(f->type, static_cast<uint16_t>(MsgType::kKeeper));
-    ASSERT_EQ(f->fds.size(), 1u);
+    ASSERT_EQ(f->fds.size(), 2u);  // the channel and the keeper's pidfd
     keeper_ = Channel(std::move(f->fds[0]));
   }
 
