@@ -14,7 +14,10 @@
 
 namespace sandpool {
 
+// The version of the maps this daemon writes for jobs (results, events); the job map is the same
+// in every version it reads (1 .. kMaxProtocolVersion; version 2 adds sessions, PROTOCOL.md).
 inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kMaxProtocolVersion = 2;
 
 enum class ErrorCode {
   kBadPayload,

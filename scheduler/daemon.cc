@@ -501,14 +501,8 @@ void Daemon::Stop() {
       ::usleep(2000);
     }
   }
-  size_t slots = pools_ ? pools_->slots().size() : 0;
-  for (const auto& [ctrl, dir] : layout_.instance_dirs) {
-    for (uint32_t i = 0; i < slots; ++i) {
-      std::string slot_dir = dir + "/slot-" + std::to_string(i);
-      for (int tries = 0; tries < 100 && ::rmdir(slot_dir.c_str()) != 0 && errno == EBUSY; ++tries) ::usleep(20000);
-    }
-    if (layout_.mode == CgroupMode::kV1) ::rmdir(dir.c_str());
-  }
+  Status removed = RemoveSlotCgroups(layout_);
+  if (!removed.ok()) LogWarn("cgroups left behind", {{"error", removed.message()}});
   LogInfo("sandpoold stopped");
 }
 

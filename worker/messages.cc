@@ -24,12 +24,12 @@ struct ExitedWire {
   bool have_status;
   int32_t wait_status, exec_errno;
   std::string exec_stage;
-  bool started, killed, cpu_limit;
+  bool started, killed, cpu_limit, memory_limit;
   uint64_t cpu_time_us, peak_memory_bytes, oom_kills, pids_max_hits;
   bool disk_full;
   uint64_t exec_time_us;
   MSGPACK_DEFINE_MAP(generation, have_status, wait_status, exec_errno, exec_stage, started, killed,
-                     cpu_limit, cpu_time_us, peak_memory_bytes, oom_kills, pids_max_hits,
+                     cpu_limit, memory_limit, cpu_time_us, peak_memory_bytes, oom_kills, pids_max_hits,
                      disk_full, exec_time_us)
 };
 struct GenerationWire {
@@ -111,7 +111,7 @@ Status Decode(std::string_view in, RunMsg* m) {
 
 std::string Encode(const ExitedMsg& m) {
   return Pack(ExitedWire{m.generation, m.have_status, m.wait_status, m.exec_errno, m.exec_stage,
-                         m.started, m.killed, m.cpu_limit, m.cpu_time_us, m.peak_memory_bytes,
+                         m.started, m.killed, m.cpu_limit, m.memory_limit, m.cpu_time_us, m.peak_memory_bytes,
                          m.oom_kills, m.pids_max_hits, m.disk_full, m.exec_time_us});
 }
 Status Decode(std::string_view in, ExitedMsg* m) {
@@ -125,6 +125,7 @@ Status Decode(std::string_view in, ExitedMsg* m) {
   m->started = w.started;
   m->killed = w.killed;
   m->cpu_limit = w.cpu_limit;
+  m->memory_limit = w.memory_limit;
   m->cpu_time_us = w.cpu_time_us;
   m->peak_memory_bytes = w.peak_memory_bytes;
   m->oom_kills = w.oom_kills;

@@ -58,6 +58,7 @@ struct ExitedMsg {
   bool started = false;      // the exec happened
   bool killed = false;       // the keeper killed the sandbox (scheduler asked, or a limit)
   bool cpu_limit = false;    // the keeper killed it for the CPU-time limit
+  bool memory_limit = false;  // the keeper killed it for the memory limit (v1 socket buffers)
   uint64_t cpu_time_us = 0;
   uint64_t peak_memory_bytes = 0;
   uint64_t oom_kills = 0;    // OOM kills in the sandbox's cgroup during the job
