@@ -380,6 +380,18 @@ Status SandboxCgroup::SetLimits(uint64_t memory_bytes, uint64_t pids) {
   return Status::Ok();
 }
 
+Status SandboxCgroup::SetCpuQuota(uint64_t quota_us) {
+  if (!enforce_) return Status::Ok();
+  if (mode_ == CgroupMode::kV1) return WriteFile("cpu", "cpu.cfs_quota_us", std::to_string(quota_us));
+  return WriteFile("", "cpu.max", std::to_string(quota_us) + " " + std::to_string(limits_.cpu_period_us));
+}
+
+Result<uint64_t> SandboxCgroup::ProcessCount() {
+  auto p = ReadFile(mode_ == CgroupMode::kV1 ? "pids" : "", "pids.current");
+  if (!p.ok()) return p.status();
+  return ParseU64(*p);
+}
+
 Result<CgroupStats> SandboxCgroup::Read() {
   CgroupStats st;
   if (mode_ == CgroupMode::kV1) {

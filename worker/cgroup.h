@@ -90,6 +90,10 @@ class SandboxCgroup {
   // what it asked for.
   Status SetLimits(uint64_t memory_bytes, uint64_t pids);
   uint64_t memory_limit() const { return cur_memory_; }
+  // The CPU quota per period (cpu_period_us of the slot's limits).
+  Status SetCpuQuota(uint64_t quota_us);
+  // Tasks (processes and threads) in the cgroup now.
+  Result<uint64_t> ProcessCount();
   Result<CgroupStats> Read();
   // Memory now in use, socket buffers included (v1 charges those apart: kmem.tcp).
   Result<uint64_t> MemoryInUse();

@@ -28,6 +28,7 @@
 #include "worker/rootfs.h"
 #include "worker/sandbox.h"
 #include "worker/seccomp/seccomp_policy.h"
+#include "worker/session_keeper.h"
 #include "worker/stub_protocol.h"
 #include "worker/zygote.h"
 
@@ -45,8 +46,8 @@ Status BringUpLoopback() {
   return Status::Ok();
 }
 
-// One-time set-up of the keeper process itself.
-Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup) {
+// One-time set-up of the keeper process itself, of either kind.
+Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup, UniqueFd* loop_control) {
   // The host root's supplementary groups would otherwise follow every sandbox process into its
   // user namespace and keep granting group access to host files.
   if (::setgroups(0, nullptr) != 0) return ErrnoStatus("setgroups");
@@ -56,7 +57,7 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup) {
   if (::unshare(CLONE_NEWNET) != 0) return ErrnoStatus("unshare(CLONE_NEWNET)");
   SP_RETURN_IF_ERROR(BringUpLoopback());
   if (::unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare(CLONE_NEWNS)");
-  return BuildKeeperRoot(a.config, a.slot).Prefixed("sandbox root");
+  return BuildKeeperRoot(a.config, a.slot, a.session, loop_control).Prefixed("sandbox root");
 }
 
 class Keeper {
@@ -421,8 +422,9 @@ void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
   Channel ch(std::move(channel));
   SlotCgroup cgroup;
   // Opened while the host's file system is still ours (SetUpKeeper pivots into the base root).
-  UniqueFd nursery_lib = NurseryApplies(args.config) ? OpenNurseryLibrary() : UniqueFd();
-  Status s = SetUpKeeper(args, &cgroup);
+  UniqueFd nursery_lib = !args.session && NurseryApplies(args.config) ? OpenNurseryLibrary() : UniqueFd();
+  UniqueFd loop_control;
+  Status s = SetUpKeeper(args, &cgroup, &loop_control);
   if (!s.ok()) {
     LogError("keeper set-up failed", {{"slot", args.slot}, {"error", s.message()}});
     (void)ch.Send(static_cast<uint16_t>(MsgType::kFailed), Encode(FailedMsg{s.message()}));
@@ -434,6 +436,7 @@ void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
     (void)ch.Send(static_cast<uint16_t>(MsgType::kFailed), Encode(FailedMsg{seccomp.status().message()}));
     ::_exit(1);
   }
+  if (args.session) SessionKeeperMain(args, std::move(ch), std::move(cgroup), std::move(seccomp.value()), std::move(loop_control));
   Keeper k(args, std::move(ch), std::move(cgroup), std::move(seccomp.value()), std::move(nursery_lib));
   k.Run();
 }

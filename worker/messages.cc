@@ -42,7 +42,19 @@ struct FailedWire {
 };
 struct SpawnKeeperWire {
   uint32_t slot, template_index;
-  MSGPACK_DEFINE_MAP(slot, template_index)
+  bool session;
+  MSGPACK_DEFINE_MAP(slot, template_index, session)
+};
+struct MakeDiskWire {
+  uint64_t request;
+  std::string path;
+  uint64_t bytes;
+  MSGPACK_DEFINE_MAP(request, path, bytes)
+};
+struct DiskMadeWire {
+  uint64_t request;
+  std::string error;
+  MSGPACK_DEFINE_MAP(request, error)
 };
 struct KeeperWire {
   uint32_t slot;
@@ -151,12 +163,13 @@ Status Decode(std::string_view in, FailedMsg* m) {
   return Status::Ok();
 }
 
-std::string Encode(const SpawnKeeperMsg& m) { return Pack(SpawnKeeperWire{m.slot, m.template_index}); }
+std::string Encode(const SpawnKeeperMsg& m) { return Pack(SpawnKeeperWire{m.slot, m.template_index, m.session}); }
 Status Decode(std::string_view in, SpawnKeeperMsg* m) {
   SpawnKeeperWire w{};
   SP_RETURN_IF_ERROR(Unpack(in, &w));
   m->slot = w.slot;
   m->template_index = w.template_index;
+  m->session = w.session;
   return Status::Ok();
 }
 
@@ -179,6 +192,22 @@ Status Decode(std::string_view in, NurseryConfigMsg* m) {
   SP_RETURN_IF_ERROR(Unpack(in, &w));
   *m = {w.hostname, w.work_bytes, w.tmp_bytes, w.shm_bytes, w.inodes, w.open_files, w.file_size_bytes,
         w.upper_bytes, w.has_layer, w.layer_mount, std::string(w.bpf.begin(), w.bpf.end())};
+  return Status::Ok();
+}
+
+std::string Encode(const MakeDiskMsg& m) { return Pack(MakeDiskWire{m.request, m.path, m.bytes}); }
+Status Decode(std::string_view in, MakeDiskMsg* m) {
+  MakeDiskWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  *m = {w.request, w.path, w.bytes};
+  return Status::Ok();
+}
+
+std::string Encode(const DiskMadeMsg& m) { return Pack(DiskMadeWire{m.request, m.error}); }
+Status Decode(std::string_view in, DiskMadeMsg* m) {
+  DiskMadeWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  *m = {w.request, w.error};
   return Status::Ok();
 }
 

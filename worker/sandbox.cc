@@ -121,8 +121,13 @@ Result<Sandbox> FinishSandbox(Sandbox sb, const std::string& id_map) {
   return sb;
 }
 
-Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
-                               const SeccompProgram* seccomp, int nursery_lib) {
+namespace {
+
+// What init becomes after clone.
+enum class InitKind { kJob, kSession };
+
+Result<Sandbox> CloneSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
+                             const SeccompProgram* seccomp, int nursery_lib, InitKind kind, bool fresh) {
   auto fds = MakeSandboxFds();
   if (!fds.ok()) {
     (void)cgroup.Remove();
@@ -157,6 +162,7 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, Sandb
   }
   if (pid == 0) {
     if (int err = ArrangeFds(keep, nkeep)) ::_exit(100 + err % 100);  // its status pipe is not in place
+    if (kind == InitKind::kSession) SessionInitMain(config, seccomp, fresh);
     InitMain(config, seccomp, nursery_lib >= 0 ? 9 : -1);
   }
   Sandbox sb = std::move(fds->sb);
@@ -169,6 +175,18 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, Sandb
   std::string map = "0 " + std::to_string(root) + " 1\n" + std::to_string(kJobId) + " " +
                     std::to_string(root + 1) + " 1\n";
   return FinishSandbox(std::move(sb), map);
+}
+
+}  // namespace
+
+Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
+                               const SeccompProgram* seccomp, int nursery_lib) {
+  return CloneSandbox(config, slot, std::move(cgroup), seccomp, nursery_lib, InitKind::kJob, false);
+}
+
+Result<Sandbox> PrepareSessionSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
+                                      const SeccompProgram* seccomp, bool fresh) {
+  return CloneSandbox(config, slot, std::move(cgroup), seccomp, -1, InitKind::kSession, fresh);
 }
 
 }  // namespace sandpool

@@ -50,6 +50,12 @@ struct Sandbox {
 Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
                                const SeccompProgram* seccomp, int nursery_lib = -1);
 
+// A session's sandbox (session_keeper.h): init mounts the session's disk (at layout::kDisk, made
+// ready by the keeper; `fresh`: new) as its root and becomes the session's agent, whose socket
+// is `stub` (its 'R' was read: it is serving). The stdio pipes are unused.
+Result<Sandbox> PrepareSessionSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
+                                      const SeccompProgram* seccomp, bool fresh);
+
 // The two ends of a sandbox's pipes and stub socket: the host's, in a Sandbox, and the six
 // init takes, in the order it expects them at fds 3-8 (sync read, status write, stub socket,
 // stdin read, stdout write, stderr write).
