@@ -186,38 +186,60 @@ bool ValidTemplateName(std::string_view name) {
   return true;
 }
 
-std::string_view ErrorCodeName(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kBadPayload: return "bad_payload";
-    case ErrorCode::kBadVersion: return "bad_version";
-    case ErrorCode::kBadField: return "bad_field";
-    case ErrorCode::kTooLarge: return "too_large";
-    case ErrorCode::kExecFailed: return "exec_failed";
-    case ErrorCode::kCancelled: return "cancelled";
-    case ErrorCode::kWorkerLost: return "worker_lost";
-    case ErrorCode::kSandboxFailed: return "sandbox_failed";
-    case ErrorCode::kShutdown: return "shutdown";
-    case ErrorCode::kInternal: return "internal";
+namespace {
+
+// Every error code: its name on the wire, and whether retrying (with a new id) may help.
+struct ErrorCodeInfo {
+  ErrorCode code;
+  std::string_view name;
+  bool retryable;
+};
+constexpr ErrorCodeInfo kErrorCodes[] = {
+    {ErrorCode::kBadPayload, "bad_payload", false},
+    {ErrorCode::kBadVersion, "bad_version", false},
+    {ErrorCode::kBadField, "bad_field", false},
+    {ErrorCode::kTooLarge, "too_large", false},
+    {ErrorCode::kExecFailed, "exec_failed", false},
+    {ErrorCode::kCancelled, "cancelled", false},
+    {ErrorCode::kWorkerLost, "worker_lost", true},
+    {ErrorCode::kSandboxFailed, "sandbox_failed", true},
+    {ErrorCode::kShutdown, "shutdown", true},
+    {ErrorCode::kInternal, "internal", true},
+    {ErrorCode::kSessionNotFound, "session_not_found", false},
+    {ErrorCode::kSessionLost, "session_lost", false},
+    {ErrorCode::kSessionStopped, "session_stopped", false},
+    {ErrorCode::kSessionBusy, "session_busy", true},
+    {ErrorCode::kHostFull, "host_full", true},
+    {ErrorCode::kTemplateMismatch, "template_mismatch", false},
+    {ErrorCode::kNotFound, "not_found", false},
+    {ErrorCode::kExists, "exists", false},
+    {ErrorCode::kIsADirectory, "is_a_directory", false},
+    {ErrorCode::kNotADirectory, "not_a_directory", false},
+    {ErrorCode::kNotAFile, "not_a_file", false},
+    {ErrorCode::kNotEmpty, "not_empty", false},
+    {ErrorCode::kPermission, "permission", false},
+    {ErrorCode::kNoSpace, "no_space", false},
+    {ErrorCode::kConflict, "conflict", false},
+    {ErrorCode::kProcessExited, "process_exited", false},
+    {ErrorCode::kUnsupported, "unsupported", false},
+};
+
+const ErrorCodeInfo& InfoOf(ErrorCode code) {
+  for (const ErrorCodeInfo& e : kErrorCodes) {
+    if (e.code == code) return e;
   }
-  return "internal";
+  return kErrorCodes[9];  // internal
 }
 
-bool ErrorCodeRetryable(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kWorkerLost:
-    case ErrorCode::kSandboxFailed:
-    case ErrorCode::kShutdown:
-    case ErrorCode::kInternal:
-      return true;
-    default:
-      return false;
-  }
-}
+}  // namespace
+
+std::string_view ErrorCodeName(ErrorCode code) { return InfoOf(code).name; }
+
+bool ErrorCodeRetryable(ErrorCode code) { return InfoOf(code).retryable; }
 
 std::optional<ErrorCode> ParseErrorCode(std::string_view name) {
-  for (int i = 0; i <= static_cast<int>(ErrorCode::kInternal); ++i) {
-    auto c = static_cast<ErrorCode>(i);
-    if (ErrorCodeName(c) == name) return c;
+  for (const ErrorCodeInfo& e : kErrorCodes) {
+    if (e.name == name) return e.code;
   }
   return std::nullopt;
 }

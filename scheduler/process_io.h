@@ -30,7 +30,8 @@ class ProcessIo {
     std::string data[2];  // stdout, stderr: the first `cap` bytes
     bool truncated[2] = {false, false};
     uint64_t dropped[2] = {0, 0};
-    // Keep only the newest `cap` bytes instead of the first (background processes).
+    // Keep only the newest `cap` bytes instead of the first (background processes); with a cap
+    // of 0, keep nothing (everything is passed on live and counted as dropped).
     bool keep_newest = false;
   };
 
@@ -47,6 +48,8 @@ class ProcessIo {
   bool WriteStdin(std::string_view data);
   void CloseStdin();
   bool stdin_open() const { return stdin_.valid(); }
+  // Stdin bytes queued and not yet taken by the process.
+  size_t stdin_buffered() const { return stdin_buf_.size() - stdin_off_; }
   // Stops waiting for EOF: closes what is still open (a writer we do not control kept a pipe).
   void GiveUp();
   bool eof() const { return eof_[0] && eof_[1]; }

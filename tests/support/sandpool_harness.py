@@ -106,8 +106,9 @@ class Daemon:
         self.consumer = consumer or "it-" + secrets.token_hex(4)
         self.workers = workers
         self.uid_base = Daemon._next_uid_base
-        # Pool slots, then one template-build slot per template: all of the daemon's host uids.
-        self.uid_span = 2 * (self.MAX_SANDBOXES + 8)
+        # Pool slots, one template-build slot per template, then session keepers (as many as
+        # sandboxes, plus a spare per template): all of the daemon's host uids (Pools::UidSpan).
+        self.uid_span = 2 * (2 * self.MAX_SANDBOXES + 2 * 8)
         Daemon._next_uid_base += self.uid_span + 16
         self.log_path = tempfile.mktemp(prefix=f"sandpoold-{self.consumer}-", suffix=".log")
         self.args = [SANDPOOLD, "--redis", redis_url, "--metrics-addr", "off", "--workers", str(workers),
