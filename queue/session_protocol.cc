@@ -94,6 +94,7 @@ std::optional<JobError> CreateField(std::string_view k, const msgpack::object& v
   if (k == "template") {
     if (!IsStr(v) || !ValidName(StrOf(v))) return Err(ErrorCode::kBadField, "template: 1..64 characters of [A-Za-z0-9._-]");
     c.template_name = std::string(StrOf(v));
+    c.template_given = true;
   } else if (k == "env") {
     // The job map's rules for env (names, sizes).
     JobSpec probe;

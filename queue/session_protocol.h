@@ -33,6 +33,7 @@ const SessionOpInfo& SessionOpOf(SessionOp op);
 
 struct SessionCreateOptions {
   std::string template_name = "default";
+  bool template_given = false;  // a create that names none connects to any template
   std::vector<std::pair<std::string, std::string>> env;
   uint64_t memory_bytes = 0, pids = 0, disk_bytes = 0;  // 0: the server's default
   double cpus = 0;                                      // 0: the template's

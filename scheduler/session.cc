@@ -167,7 +167,10 @@ void Session::OnKeeperFrame(Frame& f) {
       agent_.Open(base_, std::move(f.fds[0]), [this](Frame& a) { OnAgentFrame(a); },
                   [this](const Status& why) {
                     // The agent is init: its socket closing means the sandbox is ending.
-                    if (!stopping_) LogWarn("session sandbox ended on its own", {{"session", id_}, {"why", why.message()}});
+                    if (!stopping_) {
+                      LogWarn("session sandbox ended on its own", {{"session", id_}, {"why", why.message()}});
+                      died_ = "its init (the session's agent) ended";
+                    }
                     EndSandbox();
                   });
       hooks_.on_ready(*this);
@@ -184,7 +187,7 @@ void Session::OnKeeperFrame(Frame& f) {
     case SessionMsg::kEnded: {
       SessionEndedMsg m;
       (void)DecodeMsg(f.payload, &m);
-      std::string why = asked_ ? "stopped" : m.why.empty() ? "its sandbox ended" : m.why.substr(0, 1024);
+      std::string why = asked_ ? "stopped" : !died_.empty() ? died_ : m.why.empty() ? "its sandbox ended" : m.why.substr(0, 1024);
       keeper_.Close();  // the keeper exits; a new session gets a new one
       OnGone(why);
       return;

@@ -165,6 +165,7 @@ class Session {
   LoopChannel keeper_, agent_;
   bool stopping_ = false, ended_ = false;
   bool asked_ = false;  // Stop() was called (not: the sandbox ended on its own)
+  std::string died_;    // why, when it ended on its own
   struct event* stop_answer_ev_ = nullptr;
   struct event* deferred_ev_ = nullptr;
   std::vector<std::function<void()>> deferred_;

@@ -508,6 +508,11 @@ void Sessions::Serve(Op op) {
   e.record_dirty = true;
   switch (r.op) {
     case SessionOp::kCreate:
+      if (r.create.template_given && r.create.template_name != e.meta.template_name) {
+        AnswerError(op, ErrorCode::kTemplateMismatch,
+                    "session " + r.session + " has template " + e.meta.template_name + ", not " + r.create.template_name);
+        return;
+      }
       switch (e.state) {
         case State::kRunning:
           AnswerOp(op, OpAnswer{std::nullopt, EncodeSessionInfo(InfoOf(e))});
@@ -518,11 +523,6 @@ void Sessions::Serve(Op op) {
           return;
         case State::kStopped:
         case State::kError:
-          if (r.create.template_name != e.meta.template_name) {
-            AnswerError(op, ErrorCode::kTemplateMismatch,
-                        "session " + r.session + " has template " + e.meta.template_name + ", not " + r.create.template_name);
-            return;
-          }
           e.waiting.push_back(std::move(op));
           Resume(e);
           return;

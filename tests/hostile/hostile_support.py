@@ -355,6 +355,7 @@ class Pool:
 
     def stop(self):
         self.daemon.stop()
+        self.daemon.cleanup()
 
 
 # -- host-compiled helper programs -----------------------------------------------------------
