@@ -89,6 +89,11 @@ class Session {
   bool ended() const { return ended_; }
   uint32_t keeper_slot() const { return keeper_slot_; }
 
+  // A warm spare becomes session `id` with the session's environment (nothing ran in it yet).
+  void Adopt(std::string id, std::vector<std::pair<std::string, std::string>> env) {
+    id_ = std::move(id);
+    env_ = std::move(env);
+  }
   // Hands the keeper the session's disk; on_ready or on_start_failed follows.
   void Start(Pools::KeeperHandle keeper, UniqueFd disk, const SessionStartMsg& start);
   // Ends the sandbox (processes killed, files kept); on_ended follows. Idempotent.

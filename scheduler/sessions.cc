@@ -100,6 +100,7 @@ Sessions::~Sessions() {
 
 void Sessions::Close() {
   if (reader_) reader_->Close();
+  while (!spares_.empty()) DropSpare(spares_.begin()->first, "");
   for (auto& [sid, e] : sessions_) {
     if (e.session) Collect(std::move(e.session));
   }
@@ -138,6 +139,13 @@ void Sessions::LoadFromDisk() {
   if (d == nullptr) return;
   while (struct dirent* de = ::readdir(d)) {
     std::string name = de->d_name;
+    if (name.rfind("w-", 0) == 0) {
+      // A warm spare of an earlier run: never a session's, nothing to keep.
+      std::string dir = root + "/" + name;
+      ::unlink((dir + "/disk.img").c_str());
+      ::rmdir(dir.c_str());
+      continue;
+    }
     if (name.rfind("s-", 0) != 0) continue;
     std::string sid = name.substr(2);
     std::string dir = root + "/" + name;
@@ -342,7 +350,15 @@ void Sessions::ConnectReader() {
 }
 
 bool Sessions::HasRoom() const {
-  return !draining_ && pools_->SessionFits(config_.templates[0].sandbox.cgroup.memory_bytes);
+  return !draining_ && (pools_->SessionFits(config_.templates[0].sandbox.cgroup.memory_bytes) || !spares_.empty());
+}
+
+bool Sessions::TakeBudget(uint64_t memory) {
+  while (!pools_->TakeSessionBudget(memory)) {
+    if (spares_.empty()) return false;
+    DropSpare(spares_.begin()->first, "");  // a spare gives way to a session
+  }
+  return true;
 }
 
 void Sessions::Read() {
@@ -615,16 +631,27 @@ void Sessions::Create(Entry& e, Op op) {
   e.last_used_ms = m.created_ms;
   e.state = State::kCreating;
   e.create_started_us = MonotonicUs();
-  if (!pools_->TakeSessionBudget(m.memory_bytes)) {
+  e.waiting.push_back(std::move(op));
+  std::string dir = Dir(sid);
+  if (AdoptSpare(e)) {
+    Status saved = SaveMeta(m);
+    if (!saved.ok()) {
+      StartFailed(e, saved.message());
+      return;
+    }
+    MakeSpare(e.template_index);
+    Started(e);
+    return;
+  }
+  if (!TakeBudget(m.memory_bytes)) {
+    auto waiting = std::move(e.waiting);
     sessions_.erase(sid);
     ForgetRecord(sid);  // the id is free again: a retry may land on a host with room
-    AnswerError(op, ErrorCode::kHostFull, "this host has no room for another session");
+    for (Op& w : waiting) AnswerError(w, ErrorCode::kHostFull, "this host has no room for another session");
     return;
   }
   e.budget = true;
-  e.waiting.push_back(std::move(op));
   WriteRecord(e);
-  std::string dir = Dir(sid);
   Status s = ::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST ? SaveMeta(m) : ErrnoStatus("mkdir " + dir);
   if (!s.ok()) {
     StartFailed(e, s.message());
@@ -640,13 +667,14 @@ void Sessions::Create(Entry& e, Op op) {
     }
     Launch(it->second, true);
   });
+  MakeSpare(e.template_index);
 }
 
 void Sessions::Resume(Entry& e) {
   e.state = State::kCreating;
   e.error.clear();
   e.create_started_us = MonotonicUs();
-  if (!pools_->TakeSessionBudget(e.meta.memory_bytes)) {
+  if (!TakeBudget(e.meta.memory_bytes)) {
     e.state = State::kStopped;
     auto waiting = std::move(e.waiting);
     e.waiting.clear();
@@ -658,67 +686,198 @@ void Sessions::Resume(Entry& e) {
   Launch(e, false);
 }
 
+void Sessions::TakeKeeper(uint32_t t, std::function<void(Pools::KeeperHandle)> done) {
+  auto& spares = spare_keepers_[t];
+  if (!spares.empty()) {
+    Pools::KeeperHandle k = std::move(spares.back());
+    spares.pop_back();
+    SpareKeeper(t);
+    done(std::move(k));
+    return;
+  }
+  pools_->SpawnSessionKeeper(t, std::move(done));
+  SpareKeeper(t);
+}
+
+// The hooks of a session sandbox: they follow `owner` (the session id; empty while the sandbox
+// is a warm spare of its template), which adoption changes.
+Session::Hooks Sessions::HooksFor(std::shared_ptr<std::string> owner, uint32_t t) {
+  Session::Hooks hooks;
+  hooks.on_ready = [this, owner, t](Session&) {
+    if (owner->empty()) {
+      SpareReady(t);
+      return;
+    }
+    auto found = sessions_.find(*owner);
+    if (found != sessions_.end()) Started(found->second);
+  };
+  hooks.on_start_failed = [this, owner, t](Session&, const std::string& why) {
+    if (owner->empty()) {
+      DropSpare(t, why);
+      return;
+    }
+    auto found = sessions_.find(*owner);
+    if (found != sessions_.end()) StartFailed(found->second, why);
+  };
+  hooks.on_ended = [this, owner, t](Session&, const std::string& why, bool asked) {
+    if (owner->empty()) {
+      DropSpare(t, why);
+      return;
+    }
+    auto found = sessions_.find(*owner);
+    if (found != sessions_.end()) Ended(found->second, why, asked);
+  };
+  hooks.publish = [this](const std::string& channel, std::string event) {
+    cmd_->Command({"PUBLISH", channel, std::move(event)}, [](redisReply*) {});
+  };
+  hooks.op_channel = [this](std::string_view op_id) { return keys_.Out(op_id); };
+  hooks.process_channel = [this, owner](std::string_view pid) { return keys_.ProcessOut(*owner, pid); };
+  return hooks;
+}
+
+std::unique_ptr<Session> Sessions::StartSandbox(std::shared_ptr<std::string> owner, uint32_t t, const Meta& m,
+                                                const std::string& dir, bool fresh, Pools::KeeperHandle k,
+                                                std::string* error) {
+  if (!k.channel.valid()) {
+    pools_->ReleaseSessionSlot(k.slot);
+    *error = "no session keeper could be started";
+    return nullptr;
+  }
+  std::string path = dir + "/disk.img";
+  UniqueFd disk(::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+  if (!disk.valid()) {
+    pools_->ReleaseSessionSlot(k.slot);
+    *error = "its disk cannot be opened: " + std::string(std::strerror(errno));
+    return nullptr;
+  }
+  const TemplateConfig& tc = config_.templates[t];
+  auto session = std::make_unique<Session>(base_, *owner, config_.consumer, m.env, tc.env, HooksFor(owner, t));
+  SessionStartMsg start;
+  start.session = owner->empty() ? "(spare)" : *owner;
+  start.fresh = fresh;
+  start.memory_bytes = m.memory_bytes;
+  start.pids = m.pids;
+  start.cpu_quota_us = static_cast<uint64_t>(m.cpus * 100000.0);
+  session->Start(std::move(k), std::move(disk), start);
+  return session;
+}
+
 void Sessions::Launch(Entry& launching, bool fresh) {
   std::string sid = launching.meta.id;
-  uint32_t t = launching.template_index;
-  auto go = [this, sid, fresh](Pools::KeeperHandle k) {
+  TakeKeeper(launching.template_index, [this, sid, fresh](Pools::KeeperHandle k) {
     auto it = sessions_.find(sid);
     if (it == sessions_.end() || it->second.state != State::kCreating || it->second.session) {
       pools_->ReleaseSessionSlot(k.slot);
       return;
     }
     Entry& e = it->second;
-    LogDebug("session keeper", {{"session", sid}, {"slot", k.slot}, {"valid", k.channel.valid()}});
-    if (!k.channel.valid()) {
-      pools_->ReleaseSessionSlot(k.slot);
-      StartFailed(e, "no session keeper could be started");
-      return;
-    }
-    std::string path = Dir(sid) + "/disk.img";
-    UniqueFd disk(::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
-    if (!disk.valid()) {
-      pools_->ReleaseSessionSlot(k.slot);
-      StartFailed(e, "its disk cannot be opened: " + std::string(std::strerror(errno)));
-      return;
-    }
-    Session::Hooks hooks;
-    hooks.on_ready = [this, sid](Session&) {
-      auto found = sessions_.find(sid);
-      if (found != sessions_.end()) Started(found->second);
-    };
-    hooks.on_start_failed = [this, sid](Session&, const std::string& why) {
-      auto found = sessions_.find(sid);
-      if (found != sessions_.end()) StartFailed(found->second, why);
-    };
-    hooks.on_ended = [this, sid](Session&, const std::string& why, bool asked) {
-      auto found = sessions_.find(sid);
-      if (found != sessions_.end()) Ended(found->second, why, asked);
-    };
-    hooks.publish = [this](const std::string& channel, std::string event) {
-      cmd_->Command({"PUBLISH", channel, std::move(event)}, [](redisReply*) {});
-    };
-    hooks.op_channel = [this](std::string_view op_id) { return keys_.Out(op_id); };
-    hooks.process_channel = [this, sid](std::string_view pid) { return keys_.ProcessOut(sid, pid); };
-    const TemplateConfig& tc = config_.templates[e.template_index];
-    e.session = std::make_unique<Session>(base_, sid, config_.consumer, e.meta.env, tc.env, std::move(hooks));
-    SessionStartMsg start;
-    start.session = sid;
-    start.fresh = fresh;
-    start.memory_bytes = e.meta.memory_bytes;
-    start.pids = e.meta.pids;
-    start.cpu_quota_us = static_cast<uint64_t>(e.meta.cpus * 100000.0);
-    e.session->Start(std::move(k), std::move(disk), start);
-  };
-  auto& spares = spare_keepers_[t];
-  if (!spares.empty()) {
-    Pools::KeeperHandle k = std::move(spares.back());
-    spares.pop_back();
-    SpareKeeper(t);
-    go(std::move(k));
+    std::string error;
+    e.session = StartSandbox(std::make_shared<std::string>(sid), e.template_index, e.meta, Dir(sid), fresh,
+                             std::move(k), &error);
+    if (!e.session) StartFailed(e, error);
+  });
+}
+
+// ---- Warm spares: a running session sandbox on a fresh disk, per template, adopted by the next
+// create that asks for nothing but the defaults (the way a job takes a warm sandbox). ----------
+
+Sessions::Meta Sessions::DefaultMeta(uint32_t t) const {
+  const TemplateConfig& tc = config_.templates[t];
+  Meta m;
+  m.template_name = tc.name;
+  m.memory_bytes = tc.sandbox.cgroup.memory_bytes;
+  m.pids = tc.sandbox.cgroup.pids;
+  m.cpus = static_cast<double>(tc.sandbox.cgroup.cpu_quota_us) / 100000.0;
+  m.disk_bytes = limits_.default_disk_bytes;
+  return m;
+}
+
+void Sessions::MakeSpare(uint32_t t) {
+  if (config_.session_spares == 0 || draining_ || spares_.count(t)) return;
+  Meta m = DefaultMeta(t);
+  // A spare is a running sandbox: it holds its share of the budget, and only if there is room.
+  if (!pools_->TakeSessionBudget(m.memory_bytes)) return;
+  Spare& sp = spares_[t];
+  sp.dir = config_.state_dir + "/sessions/w-" + std::to_string(next_spare_++);
+  if (::mkdir(sp.dir.c_str(), 0700) != 0) {
+    DropSpare(t, ErrnoStatus("mkdir " + sp.dir).message());
     return;
   }
-  pools_->SpawnSessionKeeper(t, std::move(go));
-  SpareKeeper(t);
+  std::string dir = sp.dir;
+  pools_->MakeDisk(dir + "/disk.img", m.disk_bytes, [this, t, dir, m](std::string error) {
+    auto it = spares_.find(t);
+    if (it == spares_.end() || it->second.dir != dir) {
+      ::unlink((dir + "/disk.img").c_str());  // given up while its disk was being made
+      ::rmdir(dir.c_str());
+      return;
+    }
+    if (!error.empty()) {
+      DropSpare(t, "its disk: " + error);
+      return;
+    }
+    TakeKeeper(t, [this, t, dir, m](Pools::KeeperHandle k) {
+      auto found = spares_.find(t);
+      if (found == spares_.end() || found->second.dir != dir || found->second.session) {
+        pools_->ReleaseSessionSlot(k.slot);
+        return;
+      }
+      std::string why;
+      found->second.session = StartSandbox(found->second.owner, t, m, dir, true, std::move(k), &why);
+      if (!found->second.session) DropSpare(t, why);
+    });
+  });
+}
+
+void Sessions::SpareReady(uint32_t t) {
+  auto it = spares_.find(t);
+  if (it != spares_.end()) it->second.ready = true;
+}
+
+// A spare that failed or ended: its budget, keeper and disk go; another is made on next use.
+void Sessions::DropSpare(uint32_t t, const std::string& why) {
+  auto it = spares_.find(t);
+  if (it == spares_.end()) return;
+  Spare sp = std::move(it->second);
+  spares_.erase(it);
+  if (!why.empty() && why != "stopped") LogWarn("warm session sandbox lost", {{"template", config_.templates[t].name}, {"why", why}});
+  pools_->ReturnSessionBudget(DefaultMeta(t).memory_bytes);
+  if (sp.session) {
+    pools_->ReleaseSessionSlot(sp.session->keeper_slot());
+    if (!sp.session->ended()) {
+      // Its end is heard no more (the spare is gone from spares_): the disk goes once the
+      // keeper has unmounted it, which the sandbox's end guarantees; until then it is kept.
+      sp.session->Stop();
+    }
+    Collect(std::move(sp.session));
+  }
+  std::string dir = sp.dir;
+  // The image is unmounted by the keeper when the sandbox ends; removing the file while it is
+  // still mounted is harmless (the space returns when the loop device lets go).
+  for (const char* f : {"/disk.img"}) ::unlink((dir + f).c_str());
+  ::rmdir(dir.c_str());
+}
+
+// Takes the template's ready spare for a new session: its directory becomes the session's.
+bool Sessions::AdoptSpare(Entry& e) {
+  auto it = spares_.find(e.template_index);
+  if (it == spares_.end() || !it->second.ready || !it->second.session || !it->second.session->ready()) return false;
+  Meta d = DefaultMeta(e.template_index);
+  if (e.meta.memory_bytes != d.memory_bytes || e.meta.pids != d.pids || e.meta.cpus != d.cpus ||
+      e.meta.disk_bytes != d.disk_bytes) {
+    return false;  // it asked for its own limits: a sandbox made for it
+  }
+  const std::string& sid = e.meta.id;
+  if (::rename(it->second.dir.c_str(), Dir(sid).c_str()) != 0) {
+    LogWarn("adopting a warm session sandbox failed", {{"session", sid}, {"error", std::strerror(errno)}});
+    return false;
+  }
+  Spare sp = std::move(it->second);
+  spares_.erase(it);
+  *sp.owner = sid;
+  sp.session->Adopt(sid, e.meta.env);
+  e.session = std::move(sp.session);
+  e.budget = true;  // the spare's share of the budget is the session's now
+  return true;
 }
 
 // One keeper per template that has sessions is started ahead, so that a create does not wait
@@ -1010,6 +1169,7 @@ std::vector<std::string> Sessions::RunningOps() const {
 
 void Sessions::Drain() {
   draining_ = true;
+  while (!spares_.empty()) DropSpare(spares_.begin()->first, "");
   for (auto& [t, spares] : spare_keepers_) {
     for (auto& k : spares) pools_->ReleaseSessionSlot(k.slot);
     spares.clear();

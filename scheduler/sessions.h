@@ -10,6 +10,12 @@
 //                                            was running when its daemon died ends worker_lost,
 //                                            never runs twice), answered through the ledger.
 //
+// A create that asks only for its template's defaults adopts that template's warm spare: a
+// session sandbox already running on a fresh disk (`<state-dir>/sessions/w-<n>`, renamed to the
+// session's directory), so it costs about what a job's start costs. A spare is made after the
+// first create of a template and after each adoption, while the host budget has room for it
+// (it holds one sandbox of the budget, and is given up when a session needs the room).
+//
 // Life cycle (section 14): creating -> running -> stopping -> stopped (files kept), resumed by
 // another create; destroying -> destroyed. A session's files live in its disk image,
 // `<state-dir>/sessions/s-<sid>/disk.img`, next to `meta` (its options, msgpack): after a
@@ -160,6 +166,18 @@ class Sessions {
   void ExpireCreates();
 
   void SpareKeeper(uint32_t t);
+  void TakeKeeper(uint32_t t, std::function<void(Pools::KeeperHandle)> done);
+  Session::Hooks HooksFor(std::shared_ptr<std::string> owner, uint32_t t);
+  std::unique_ptr<Session> StartSandbox(std::shared_ptr<std::string> owner, uint32_t t, const Meta& m,
+                                        const std::string& dir, bool fresh, Pools::KeeperHandle k, std::string* error);
+  // Warm spares (one per template that has had a session, --session-spares).
+  Meta DefaultMeta(uint32_t t) const;
+  void MakeSpare(uint32_t t);
+  void SpareReady(uint32_t t);
+  void DropSpare(uint32_t t, const std::string& why);
+  bool AdoptSpare(Entry& e);
+  // Takes `memory` of the host budget for a session, giving up a spare if that makes room.
+  bool TakeBudget(uint64_t memory);
   void Collect(std::unique_ptr<Session> s);
 
   struct event_base* base_;
@@ -182,6 +200,14 @@ class Sessions {
   int beats_ = 0;
   std::map<uint32_t, std::vector<Pools::KeeperHandle>> spare_keepers_;
   std::set<uint32_t> spare_pending_;
+  struct Spare {
+    std::shared_ptr<std::string> owner = std::make_shared<std::string>();  // "" until adopted
+    std::unique_ptr<Session> session;
+    std::string dir;  // <state-dir>/sessions/w-<n>
+    bool ready = false;
+  };
+  std::map<uint32_t, Spare> spares_;  // by template
+  uint64_t next_spare_ = 1;
   std::vector<std::unique_ptr<Session>> graveyard_;
   struct event* collect_ev_ = nullptr;
 };

@@ -217,6 +217,13 @@ class Agent {
     if (n <= 0) p.ctl.reset();
   }
 
+  // Whether a child has not ended yet (not reaped: its end is left for Reap to see). Session code
+  // may have killed a warm shell (`kill -9 -1`) a moment before a line is given to it.
+  static bool Alive(pid_t pid) {
+    siginfo_t si = {};
+    return ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == 0;
+  }
+
   // Starts the process of an Exec; answers Started (with the host ends of its stdio) or the reason.
   void Exec(const AgentExecMsg& m) {
     AgentStartedMsg started;
@@ -224,7 +231,7 @@ class Agent {
     // A shell line for the session's user goes to a warm shell.
     if (!m.shell.empty() && !m.as_root && m.stdin_pipe) {
       for (size_t i = 0; i < warm_.size(); ++i) {
-        if (!warm_[i].ready) continue;
+        if (!warm_[i].ready || !Alive(warm_[i].pid)) continue;  // a dead one is reaped and replaced
         WarmShell w = std::move(warm_[i]);
         warm_.erase(warm_.begin() + static_cast<long>(i));
         RunMsg run;

@@ -45,7 +45,10 @@ def test_a_session_cannot_kill_its_init_or_reach_outside_its_namespace(sessions)
         r = s.exec(shell="kill -9 1; kill -9 -1; kill -KILL 1; echo tried", as_root=as_root)
         assert b"tried" in r.stdout or r.signal == 9
         assert s.info().state == "running"
-        assert s.exec(shell="echo alive").stdout == b"alive\n"
+        # `kill -9 -1` also killed the session's warm shells; a command handed to one in the
+        # instant before it died is collateral (signal 9). The session itself goes on.
+        alive = [s.exec(shell="echo alive") for _ in range(3)]
+        assert any(r.stdout == b"alive\n" for r in alive), alive
     # Its root is not the host's: no capability outside, no devices, no mounts.
     r = s.exec(shell="mknod /work/sda b 8 0 2>&1; mount -t tmpfs x /mnt 2>&1; "
                      "cat /proc/1/environ /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n'; echo end", as_root=True)
@@ -70,8 +73,8 @@ def test_sessions_do_not_see_each_other_or_the_host(pool, sessions):
     b = sessions("h-b")
     a.write_file("/work/secret-of-a", "a's data")
     a.spawn(shell="exec sleep 600")
-    r = b.exec(shell="find / -name 'secret-of-a' 2>/dev/null; ps -e -o args | grep -c 'sleep 600'; echo end")
-    assert r.stdout == b"0\nend\n" or r.stdout == b"1\nend\n", r  # only grep itself may match
+    r = b.exec(shell="find / -name 'secret-of-a' 2>/dev/null; ps -e -o args | grep -c '[s]leep 600'; echo end")
+    assert r.stdout == b"0\nend\n", r
     assert b"secret-of-a" not in r.stdout
     # Host canary files, read through the session's own file API as its root: its own /etc, or
     # nothing; never the host's.

@@ -296,13 +296,22 @@ def test_a_killed_sandbox_stops_its_session_and_the_next_create_resumes(daemons,
     s = client.session("killed-1")
     s.write_file("/work/keep", "kept")
     # Kill the session's init (its agent) from the host, the way an outside OOM kill or an
-    # operator would. Session sandboxes have the uids past the pools' range (SECURITY.md 5).
+    # operator would: the init of the pid namespace its marker process runs in.
+    marker = s.spawn(argv=["sleep", "777"])
+    assert marker.pid
+
     def ns_pid(p):
         return Path(f"/proc/{p}/status").read_text().split("NSpid:")[1].split("\n")[0].split()[-1]
 
-    first_session_uid = d.uid_base + 2 * d.MAX_SANDBOXES
-    agents = [p for p in d.sandbox_processes() if os.stat(f"/proc/{p}").st_uid >= first_session_uid and ns_pid(p) == "1"]
-    assert len(agents) == 1, agents
+    def ppid(p):
+        return int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+    sleeper = wait_for(lambda: [p for p in d.sandbox_processes() if Path(f"/proc/{p}/cmdline").read_bytes() == b"sleep\x00777\x00"],
+                       10, "the marker process")[0]
+    init = sleeper
+    while ns_pid(init) != "1":
+        init = ppid(init)
+    agents = [init]
     for p in agents:
         os.kill(p, signal.SIGKILL)
     wait_for(lambda: client.redis.hget("sandpool:session:killed-1", "state") == b"stopped", 10, "the session to stop")
