@@ -41,7 +41,9 @@ std::string Canonical(const RedisUrl& u) {
   }
   std::string out = "redis://";
   if (!u.user.empty() || !u.password.empty()) out += Escape(u.user) + ":" + Escape(u.password) + "@";
-  out += u.host.find(':') != std::string::npos ? "[" + u.host + "]" : u.host;
+  // Brackets for an IPv6 host, and for one that starts with '[' ("redis://[[x]" is host "[x").
+  bool bracket = u.host.find(':') != std::string::npos || u.host[0] == '[';
+  out += bracket ? "[" + u.host + "]" : u.host;
   return out + ":" + std::to_string(u.port) + "/" + std::to_string(u.db);
 }
 
