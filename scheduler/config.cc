@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -30,7 +31,8 @@ Result<uint64_t> ParseUint(const std::string& s) {
   char* end = nullptr;
   errno = 0;
   unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0') return Status::Error("not a number: '" + s + "'");
+  // The whole string (a config file line may hold a NUL: "1\0junk" is not 1).
+  if (errno != 0 || end != s.c_str() + s.size()) return Status::Error("not a number: '" + s + "'");
   return static_cast<uint64_t>(v);
 }
 
@@ -46,6 +48,7 @@ std::function<Status(DaemonConfig*, const std::string&)> Uint(T DaemonConfig::*f
   return [field](DaemonConfig* c, const std::string& v) {
     auto n = ParseUint(v);
     if (!n.ok()) return n.status();
+    if (*n > std::numeric_limits<T>::max()) return Status::Error("too large: '" + v + "'");
     c->*field = static_cast<T>(*n);
     return Status::Ok();
   };
@@ -64,7 +67,9 @@ std::function<Status(DaemonConfig*, const std::string&)> Size(uint64_t* (*get)(D
 Status SetCpus(const std::string& v, CgroupLimits* limits) {
   char* end = nullptr;
   double d = std::strtod(v.c_str(), &end);
-  if (end == v.c_str() || *end != '\0' || !(d > 0.0) || d > 1024) return Status::Error("cpus must be a positive number");
+  if (end == v.c_str() || end != v.c_str() + v.size() || !(d > 0.0) || d > 1024) return Status::Error("cpus must be a positive number");
+  // The kernel's smallest CFS quota is 1 ms per period.
+  if (d * static_cast<double>(limits->cpu_period_us) < 1000.0) return Status::Error("cpus too small: the quota must be at least 1 ms per period");
   limits->cpu_quota_us = static_cast<uint64_t>(std::llround(d * static_cast<double>(limits->cpu_period_us)));
   return Status::Ok();
 }
@@ -209,12 +214,10 @@ Status ApplyTemplateKey(TemplateConfig* t, const std::string& key, const std::st
       return Status::Error("runtime must be one of " + names);
     }
     t->sandbox.runtime = value == "none" ? "" : value;
-  } else if (key == "workers") {
+  } else if (key == "workers" || key == "max-workers") {
     SP_RETURN_IF_ERROR(num(&n));
-    t->min_workers = static_cast<uint32_t>(n);
-  } else if (key == "max-workers") {
-    SP_RETURN_IF_ERROR(num(&n));
-    t->max_workers = static_cast<uint32_t>(n);
+    if (n > 100000) return Status::Error(key + ": at most 100000");
+    (key == "workers" ? t->min_workers : t->max_workers) = static_cast<uint32_t>(n);
   } else if (key == "memory") {
     SP_RETURN_IF_ERROR(size(&t->sandbox.cgroup.memory_bytes));
   } else if (key == "pids") {
@@ -455,7 +458,7 @@ Status ParseConfig(int argc, char** argv, DaemonConfig* config, bool* exit_now) 
   if (config->limits.default_output_bytes > config->limits.max_output_bytes) {
     return Status::Error("--default-output-bytes must be at most --max-output-bytes");
   }
-  if (config->heartbeat_ms == 0 || config->lease_ms < 3 * config->heartbeat_ms) {
+  if (config->heartbeat_ms == 0 || config->lease_ms / 3 < config->heartbeat_ms) {
     return Status::Error("--lease-ms must be at least 3 x --heartbeat-ms");
   }
   return BuildTemplates(config, sections);

@@ -79,10 +79,18 @@ std::string Pack(const W& w) {
   return std::string(buf.data(), buf.size());
 }
 
+// Bounds of a message between sandpool's own processes: a container header is believed only up
+// to these (msgpack allocates what a header declares before reading any element, so a 5-byte
+// payload could otherwise ask for 256 GiB). The largest real message is a job's Run: argv and
+// env items within the protocol's limits, strings within a frame.
+constexpr size_t kMaxItems = 1u << 17, kMaxMapPairs = 1u << 12, kMaxBytes = 64u << 20, kMaxDepth = 8;
+
 template <typename W>
 Status Unpack(std::string_view in, W* w) {
   try {
-    msgpack::object_handle oh = msgpack::unpack(in.data(), in.size());
+    msgpack::unpack_limit limit(kMaxItems, kMaxMapPairs, kMaxBytes, kMaxBytes, 0, kMaxDepth);
+    size_t off = 0;
+    msgpack::object_handle oh = msgpack::unpack(in.data(), in.size(), off, nullptr, nullptr, limit);
     oh.get().convert(*w);
   } catch (const std::exception& e) {
     return Status::Error(std::string("bad internal message: ") + e.what());

@@ -55,5 +55,24 @@ TEST(Config, ParsesSizesAndCpus) {
   EXPECT_FALSE(Parse({"--cpus", "0"}, &c).ok());
 }
 
+// Found by the fuzzers (tests/fuzz/regressions): each is refused now.
+TEST(Config, RefusesWhatTheFuzzersFound) {
+  std::string path = ::testing::TempDir() + "/sandpool-nul.conf";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << "memory = 64" << '\0' << "G\n";
+  }
+  DaemonConfig a;
+  EXPECT_FALSE(Parse({"--config", path}, &a).ok()) << "a NUL ends no number early";
+  DaemonConfig b;
+  EXPECT_FALSE(Parse({"--heartbeat-ms", "6148914691236517206", "--lease-ms", "2"}, &b).ok()) << "no wrap in lease >= 3 x heartbeat";
+  DaemonConfig c;
+  EXPECT_FALSE(Parse({"--workers", "4294967297"}, &c).ok()) << "no silent 32-bit truncation";
+  DaemonConfig d;
+  EXPECT_FALSE(Parse({"--cpus", "0.001"}, &d).ok()) << "a quota below the kernel's 1 ms";
+  DaemonConfig e;
+  EXPECT_TRUE(Parse({"--cpus", "0.01"}, &e).ok());
+}
+
 }  // namespace
 }  // namespace sandpool
