@@ -56,7 +56,11 @@ export interface ClientOptions {
   retryWindowMs?: number | undefined;
   /** Name of the client's connections in CLIENT LIST (`<name>:cmd`, `<name>:sub`). Default `sandpool-ts`. */
   connectionName?: string | undefined;
-  /** Extra ioredis options (TLS, timeouts...). The address comes from `url`. */
+  /**
+   * Extra ioredis options (TLS, timeouts...). The address, database and credentials come from
+   * `url`; `keyPrefix` is ignored (use `prefix`), and so are the options that make reconnection
+   * work (retries, offline queue, resubscription).
+   */
   redisOptions?: ExtraRedisOptions | undefined;
 }
 
@@ -359,13 +363,20 @@ export class Client {
         if (stored !== null) follower.onStoredResult(stored);
       }
     };
+    this.followers.add(follower);
+    // Wait for `p` unless following fails first (a wait timeout, close()); `p` may then still
+    // settle later, unobserved.
+    const unlessFailed = async (p: Promise<void>): Promise<void> => {
+      p.catch(() => undefined);
+      await Promise.race([p, failure]);
+    };
     try {
-      if (signal?.aborted && payload === null) await Promise.race([this.cancel(id), failure]);
+      if (signal?.aborted && payload === null) await unlessFailed(this.cancel(id));
       signal?.addEventListener("abort", onAbort, { once: true });
-      await Promise.race([setup(), failure]);
+      await unlessFailed(setup());
       if (!follower.done) {
         follower.lastHeard = follower.lastPoll = Date.now();
-        this.followers.add(follower);
+        follower.pollable = true;
         this.ensurePoller();
       }
       for (;;) {
@@ -425,7 +436,7 @@ export class Client {
     const now = Date.now();
     const interval = this.pollIntervalMs;
     const due = [...this.followers].filter(
-      (f) => !f.done && now - f.lastPoll >= interval && (f.lost || now - f.lastHeard >= interval),
+      (f) => f.pollable && !f.done && now - f.lastPoll >= interval && (f.lost || now - f.lastHeard >= interval),
     );
     if (due.length === 0) return;
     for (const f of due) f.lastPoll = now;

@@ -94,7 +94,11 @@ export class Connections {
   /** ioredis options for one connection of this set. */
   redisOptions(role: "cmd" | "sub"): BaseRedisOptions {
     const a = this.address;
-    const { replyMapping: _ignored, ...extra } = (this.options.redisOptions ?? {}) as RedisOptions;
+    const {
+      replyMapping: _mapping,
+      keyPrefix: _prefix,
+      ...extra
+    } = (this.options.redisOptions ?? {}) as RedisOptions;
     const o: BaseRedisOptions = {
       ...extra,
       db: a.db,

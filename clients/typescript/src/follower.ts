@@ -85,6 +85,8 @@ export class Follower implements ChannelListener {
   lastPoll = Date.now();
   /** The follower has its result (or failed): nothing more is delivered. */
   done = false;
+  /** Subscribed (and the job submitted, for a new job): the result key may be polled. */
+  pollable = false;
   private readonly queue = new EventQueue<JobEvent>();
   private readonly onDone: () => void;
   private rejectFailure: (e: unknown) => void = () => undefined;

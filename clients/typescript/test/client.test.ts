@@ -444,8 +444,8 @@ describe("cancel", () => {
       assert.equal(s.hasResult, false);
       await client.cancel(stream.id);
       assert.ok((await client.status(stream.id)).cancelRequested);
-      // sandpoold stores the cancelled result of a job it has already read but not started only
-      // once a slot is free (see the todo test below): free the slots.
+      // sandpoold stores the cancelled result of a queued job only once a slot is free (see the
+      // next test): free the slots.
       await freeSlots(sleepers);
       await done;
       const r = await client.result(stream.id);
@@ -460,7 +460,14 @@ describe("cancel", () => {
 
   test(
     "a cancelled queued job gets its result while every slot is still busy",
-    { todo: "sandpoold stores it only once a slot frees up (reported; see README, Known daemon behaviour)" },
+    {
+      // A known daemon behaviour (README, "Known daemon behaviour"); the check runs and fails
+      // with SANDPOOL_TEST_KNOWN_ISSUES=1.
+      skip:
+        process.env.SANDPOOL_TEST_KNOWN_ISSUES === "1"
+          ? false
+          : "known: sandpoold stores it only once a slot frees up (SANDPOOL_TEST_KNOWN_ISSUES=1 runs it)",
+    },
     async () => {
       const sleepers = await fillSlots();
       try {
