@@ -611,3 +611,31 @@ describe("closing", () => {
     assert.equal(r?.stdoutText, "still-ran\n");
   });
 });
+
+describe("prefix and queue", () => {
+  test("a client with the daemon's --prefix and --queue", async () => {
+    const other = await new Deployment({ prefix: "tsp", queue: "tsq" }).start();
+    const c = new Client(other.url, { prefix: "tsp", queue: "tsq" });
+    const raw = other.redis.admin();
+    try {
+      const chunks: Buffer[] = [];
+      const r = await c.run({ shell: "echo prefixed" }, { onStdout: (b) => chunks.push(b), waitTimeoutMs: WAIT });
+      assert.equal(r.stdoutText, "prefixed\n");
+      assert.deepEqual(Buffer.concat(chunks), r.stdout);
+      assert.equal(await raw.exists(`tsp:result:${r.id}`), 1);
+      assert.equal(await raw.exists(`sandpool:result:${r.id}`), 0);
+      assert.equal((await c.status(r.id)).state, "done");
+      // a client with the default prefix does not see it
+      const d = new Client(other.url);
+      try {
+        assert.equal(await d.result(r.id), null);
+      } finally {
+        await d.close();
+      }
+    } finally {
+      raw.disconnect();
+      await c.close();
+      await other.stop();
+    }
+  });
+});

@@ -190,13 +190,15 @@ export class Daemon {
   readonly consumer: string;
   readonly uidBase: number;
   readonly logPath: string;
+  readonly prefix: string;
   private readonly args: string[];
   private proc: ChildProcess | null = null;
 
   constructor(
     readonly redis: RedisServer,
-    opts: { workers?: number; extra?: string[] } = {},
+    opts: { workers?: number; extra?: string[]; prefix?: string; queue?: string } = {},
   ) {
+    this.prefix = opts.prefix ?? "sandpool";
     this.consumer = `ts-${randomBytes(4).toString("hex")}`;
     // 24 slots + one per template, two uids each: 64 uids; 1000 per daemon is plenty.
     this.uidBase = 600000 + (process.pid % 300) * 1000 + daemonCount++ * 100;
@@ -209,6 +211,8 @@ export class Daemon {
       "--consumer", this.consumer,
       "--uid-base", String(this.uidBase),
       "--log-level", "info",
+      ...(opts.prefix ? ["--prefix", opts.prefix] : []),
+      ...(opts.queue ? ["--queue", opts.queue] : []),
       ...(opts.extra ?? []),
     ];
   }
@@ -231,7 +235,7 @@ export class Daemon {
           if (proc.exitCode !== null || proc.signalCode !== null) {
             throw new Error(`sandpoold exited (${proc.exitCode ?? proc.signalCode}): ${this.logTail()}`);
           }
-          return (await admin.exists(`sandpool:daemon:${this.consumer}`)) === 1;
+          return (await admin.exists(`${this.prefix}:daemon:${this.consumer}`)) === 1;
         },
         60000,
         "the daemon's heartbeat",
@@ -270,7 +274,7 @@ export class Deployment {
   readonly redis: RedisServer;
   readonly daemon: Daemon;
 
-  constructor(opts: { aof?: boolean; workers?: number; extra?: string[] } = {}) {
+  constructor(opts: { aof?: boolean; workers?: number; extra?: string[]; prefix?: string; queue?: string } = {}) {
     this.redis = new RedisServer({ aof: opts.aof ?? false });
     this.daemon = new Daemon(this.redis, opts);
   }
