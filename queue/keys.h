@@ -13,10 +13,20 @@ class Keys {
   static constexpr std::string_view kGroup = "workers";
 
   std::string Queue(std::string_view queue) const { return Join("q", queue); }
+  // A template's forward queue: entries a daemon read but could not start soon, moved there for
+  // any daemon with a free slot of that template (written and read by daemons only).
+  std::string Forward(std::string_view queue, std::string_view tmpl) const {
+    return Join("fwd", queue) + ":" + std::string(tmpl);
+  }
   std::string Job(std::string_view id) const { return Join("job", id); }
   std::string Result(std::string_view id) const { return Join("result", id); }
   std::string Out(std::string_view id) const { return Join("out", id); }
   std::string Daemon(std::string_view consumer) const { return Join("daemon", consumer); }
+  // The CLIENT SETNAME of a daemon's connection `conn`: peers judge a daemon alive while Redis
+  // lists any connection named for it.
+  std::string ClientName(std::string_view consumer, std::string_view conn) const {
+    return "sandpoold:" + p_ + ":" + std::string(consumer) + ":" + std::string(conn);
+  }
   std::string Cancel() const { return p_ + ":cancel"; }
   std::string Dead() const { return p_ + ":dead"; }
   const std::string& prefix() const { return p_; }

@@ -1,5 +1,6 @@
 #include "scheduler/config.h"
 
+#include "common/job_env.h"
 #include "common/runtimes.h"
 
 #include <sys/stat.h>
@@ -290,7 +291,7 @@ Status BuildTemplates(DaemonConfig* c,
   uint64_t min_total = 0;
   for (TemplateConfig& t : c->templates) {
     min_total += t.min_workers;
-    for (const std::string& e : t.env) t.sandbox.base_env.push_back(e);
+    t.sandbox.base_env = JobEnvironment({}, t.env);
     if (t.sandbox.cgroup.memory_bytes > c->limits.max_memory_bytes) {
       return Status::Error("[template " + t.name + "] memory is above --max-memory");
     }

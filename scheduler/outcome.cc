@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "worker/stub_protocol.h"
+
 namespace sandpool {
 
 void FillOutcome(const ExitedMsg& ex, KillReason reason, JobResult* r) {
@@ -19,7 +21,10 @@ void FillOutcome(const ExitedMsg& ex, KillReason reason, JobResult* r) {
 
   if (ex.exec_errno != 0) {
     r->outcome = Outcome::kError;
-    r->error = JobError{ErrorCode::kExecFailed, ex.exec_stage + ": " + std::strerror(ex.exec_errno)};
+    bool jobs_fault = StubStageIsJobs(ex.exec_stage);
+    r->error = JobError{jobs_fault ? ErrorCode::kExecFailed : ErrorCode::kSandboxFailed,
+                        (jobs_fault ? "" : "could not start the job: ") + ex.exec_stage + ": " +
+                            std::strerror(ex.exec_errno)};
     return;
   }
   switch (reason) {
@@ -37,6 +42,10 @@ void FillOutcome(const ExitedMsg& ex, KillReason reason, JobResult* r) {
     case KillReason::kShutdown:
       r->outcome = Outcome::kError;
       r->error = JobError{ErrorCode::kShutdown, "the daemon was stopped before the job ended"};
+      return;
+    case KillReason::kTakenOver:
+      r->outcome = Outcome::kWorkerLost;
+      r->error = JobError{ErrorCode::kWorkerLost, "another daemon took the job over"};
       return;
     case KillReason::kNone:
       break;

@@ -7,7 +7,9 @@
 
 namespace sandpool {
 
-enum class KillReason { kNone, kTimeout, kCancel, kOutputLimit, kShutdown };
+// kTakenOver: another daemon took the job's entry over (this one was presumed dead); the
+// result made here is dropped.
+enum class KillReason { kNone, kTimeout, kCancel, kOutputLimit, kShutdown, kTakenOver };
 
 // Fills outcome, exit_code, signal, timed_out, killed, error, exec_time_us, cpu_time_us and
 // peak_memory_bytes of `r` from the keeper's Exited message.

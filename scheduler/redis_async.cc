@@ -2,6 +2,7 @@
 
 #include <hiredis/adapters/libevent.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace sandpool {
@@ -10,13 +11,14 @@ namespace {
 struct PendingReply {
   std::weak_ptr<RedisAsync*> owner;
   RedisAsync::Callback cb;
+  bool timed;  // counted in sent_us_
 };
 
 }  // namespace
 
-RedisAsync::RedisAsync(struct event_base* base, RedisUrl url, std::string name, Hooks hooks)
+RedisAsync::RedisAsync(struct event_base* base, RedisUrl url, std::string name, Hooks hooks, std::string client_name)
     : base_(base), url_(std::move(url)), name_(std::move(name)), hooks_(std::move(hooks)),
-      self_(std::make_shared<RedisAsync*>(this)) {
+      client_name_(std::move(client_name)), self_(std::make_shared<RedisAsync*>(this)) {
   retry_timer_ = evtimer_new(base_, &RedisAsync::OnRetryTimer, this);
 }
 
@@ -54,6 +56,7 @@ void RedisAsync::Close() {
     ac->data = nullptr;
     redisAsyncFree(ac);  // pending callbacks run with nullptr replies
   }
+  sent_us_.clear();
 }
 
 void RedisAsync::ScheduleReconnect() {
@@ -80,6 +83,7 @@ void RedisAsync::OnConnect(const redisAsyncContext* ac, int status) {
   }
   self->connected_ = true;
   self->backoff_ms_ = 50;
+  self->sent_us_.clear();
   if (self->warned_) LogInfo("redis reconnected", {{"conn", self->name_}});
   self->warned_ = false;
   LogDebug("redis connected", {{"conn", self->name_}, {"url", self->url_.Redacted()}});
@@ -93,8 +97,9 @@ void RedisAsync::OnConnect(const redisAsyncContext* ac, int status) {
     });
   }
   if (self->url_.db != 0) self->Command({"SELECT", std::to_string(self->url_.db)}, [](redisReply*) {});
+  if (!self->client_name_.empty()) self->Command({"CLIENT", "SETNAME", self->client_name_}, [](redisReply*) {});
   for (auto& [channel, cb] : self->subscriptions_) {
-    self->SendRaw({"SUBSCRIBE", channel}, &RedisAsync::OnMessage, cb.get());
+    (void)self->SendRaw({"SUBSCRIBE", channel}, &RedisAsync::OnMessage, cb.get());
   }
   if (self->hooks_.on_connect) self->hooks_.on_connect();
 }
@@ -105,12 +110,13 @@ void RedisAsync::OnDisconnect(const redisAsyncContext* ac, int status) {
   bool was_connected = self->connected_;
   self->ac_ = nullptr;
   self->connected_ = false;
+  self->sent_us_.clear();
   if (status != REDIS_OK) LogWarn("redis connection lost", {{"conn", self->name_}, {"error", ac->errstr}});
   if (was_connected && self->hooks_.on_disconnect) self->hooks_.on_disconnect();
   self->ScheduleReconnect();
 }
 
-void RedisAsync::SendRaw(const std::vector<std::string>& args, redisCallbackFn* fn, void* priv) {
+bool RedisAsync::SendRaw(const std::vector<std::string>& args, redisCallbackFn* fn, void* priv) {
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   argv.reserve(args.size());
@@ -119,26 +125,43 @@ void RedisAsync::SendRaw(const std::vector<std::string>& args, redisCallbackFn* 
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  redisAsyncCommandArgv(ac_, fn, priv, static_cast<int>(args.size()), argv.data(), lens.data());
+  return redisAsyncCommandArgv(ac_, fn, priv, static_cast<int>(args.size()), argv.data(), lens.data()) == REDIS_OK;
 }
 
-bool RedisAsync::Command(const std::vector<std::string>& args, Callback cb) {
+bool RedisAsync::Send(const std::vector<std::string>& args, Callback cb, bool timed) {
   if (!connected_ || ac_ == nullptr) return false;
-  auto* p = new PendingReply{self_, std::move(cb)};
-  SendRaw(args, &RedisAsync::OnReply, p);
+  auto p = std::make_unique<PendingReply>(PendingReply{self_, std::move(cb), timed});
+  // hiredis refuses commands on a context that is disconnecting; then it keeps no reference to
+  // `p` and will never call back: the callback must not be promised.
+  if (!SendRaw(args, &RedisAsync::OnReply, p.get())) return false;
+  if (timed) sent_us_.push_back(MonotonicUs());
+  (void)p.release();  // owned by hiredis until OnReply
   return true;
+}
+
+bool RedisAsync::Command(const std::vector<std::string>& args, Callback cb) { return Send(args, std::move(cb), true); }
+
+bool RedisAsync::CommandBlocking(const std::vector<std::string>& args, Callback cb) {
+  return Send(args, std::move(cb), false);
+}
+
+int64_t RedisAsync::OldestPendingMs() const {
+  if (sent_us_.empty()) return 0;
+  return (MonotonicUs() - sent_us_.front()) / 1000;
 }
 
 void RedisAsync::OnReply(redisAsyncContext*, void* reply, void* priv) {
   std::unique_ptr<PendingReply> p(static_cast<PendingReply*>(priv));
   if (p->owner.expired()) return;
+  RedisAsync* self = *p->owner.lock();
+  if (p->timed && reply != nullptr && !self->sent_us_.empty()) self->sent_us_.pop_front();
   if (p->cb) p->cb(static_cast<redisReply*>(reply));
 }
 
 void RedisAsync::Subscribe(const std::string& channel, Callback cb) {
   auto& slot = subscriptions_[channel];
   slot = std::make_unique<Callback>(std::move(cb));
-  if (connected_ && ac_ != nullptr) SendRaw({"SUBSCRIBE", channel}, &RedisAsync::OnMessage, slot.get());
+  if (connected_ && ac_ != nullptr) (void)SendRaw({"SUBSCRIBE", channel}, &RedisAsync::OnMessage, slot.get());
 }
 
 void RedisAsync::OnMessage(redisAsyncContext* ac, void* reply, void* priv) {

@@ -3,8 +3,13 @@
 // Contract:
 //  - Command() sends at once if connected and returns true; the callback then runs exactly
 //    once, with the reply, or with nullptr if the connection was lost first. When not connected
-//    it returns false and never calls the callback: the caller decides what waits and what is
-//    dropped (the daemon keeps results in memory, drops live output).
+//    (or hiredis refuses the command) it returns false and never calls the callback: the caller
+//    decides what waits and what is dropped (the daemon keeps results in memory, drops live
+//    output).
+//  - Every connection names itself (CLIENT SETNAME `client_name`) before anything else, so peers
+//    can tell from CLIENT LIST which daemons hold a live connection.
+//  - OldestPendingMs() says how long the oldest command without a reply has waited: a Redis
+//    that accepts connections but does not answer (paused, stuck) shows there.
 //  - Commands on one connection are executed by Redis in the order sent.
 //  - After a disconnect, reconnection is retried with exponential backoff (50 ms .. 2 s) until
 //    Close(). on_connect runs after AUTH/SELECT were queued, so commands it sends are
@@ -17,6 +22,7 @@
 #include <hiredis/async.h>
 
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,7 +40,8 @@ class RedisAsync {
     std::function<void()> on_disconnect;
   };
 
-  RedisAsync(struct event_base* base, RedisUrl url, std::string name, Hooks hooks);
+  // `name` is for logs; `client_name` (may be empty) what CLIENT SETNAME is given.
+  RedisAsync(struct event_base* base, RedisUrl url, std::string name, Hooks hooks, std::string client_name = "");
   ~RedisAsync();
   RedisAsync(const RedisAsync&) = delete;
   RedisAsync& operator=(const RedisAsync&) = delete;
@@ -45,6 +52,12 @@ class RedisAsync {
   bool connected() const { return connected_; }
 
   bool Command(const std::vector<std::string>& args, Callback cb);
+  // 0 when nothing is outstanding (subscriptions and blocking reads are not counted: see
+  // CommandBlocking).
+  int64_t OldestPendingMs() const;
+  // Like Command, for a command that blocks on the server by design (XREADGROUP BLOCK): its
+  // wait does not count in OldestPendingMs.
+  bool CommandBlocking(const std::vector<std::string>& args, Callback cb);
   // Subscribes now (if connected) and after every reconnect; cb gets each ["message", channel,
   // payload] reply.
   void Subscribe(const std::string& channel, Callback cb);
@@ -57,12 +70,17 @@ class RedisAsync {
   static void OnRetryTimer(evutil_socket_t, short, void* arg);
 
   void ScheduleReconnect();
-  void SendRaw(const std::vector<std::string>& args, redisCallbackFn* fn, void* priv);
+  bool SendRaw(const std::vector<std::string>& args, redisCallbackFn* fn, void* priv);
+  bool Send(const std::vector<std::string>& args, Callback cb, bool timed);
 
   struct event_base* base_;
   RedisUrl url_;
   std::string name_;
   Hooks hooks_;
+  std::string client_name_;
+  // Send times (monotonic us) of timed commands without a reply, oldest first: Redis answers in
+  // order, so a reply always belongs to the front.
+  std::deque<int64_t> sent_us_;
   redisAsyncContext* ac_ = nullptr;
   bool connected_ = false;
   bool closing_ = false;

@@ -1,25 +1,56 @@
-// The two Lua scripts that make job state changes atomic in Redis (sent with EVAL; Redis caches
-// them by hash, and EVAL survives SCRIPT FLUSH and restarts, unlike EVALSHA).
+// The Lua scripts that make job state changes atomic in Redis (sent with EVAL; Redis caches them
+// by hash, and EVAL survives SCRIPT FLUSH and restarts, unlike EVALSHA). The job hash's fields
+// are documented in PROTOCOL.md section 4.
 //
 // CLAIM  KEYS: job hash, result key
 //        ARGV: entry id, consumer, now ms, ttl s, max attempts, retry-own-claim ("1" when this
 //              daemon sent a claim for this entry before and lost the reply: it never ran)
 //   -> {verdict, attempt}: "run" (attempt incremented: run it), "dup" (another entry owns this
 //      id: ack and drop), "done" (a result exists: ack and drop), "cancelled" (a client
-//      cancelled it while queued), "lost" (it was running under a daemon that died and has no
-//      attempts left). For run/cancelled/lost the job hash now names this consumer, so the
-//      FINISH below is accepted.
+//      cancelled it before it started; attempt: the runs it had, 0 if none), "lost" (it was
+//      running under a daemon that died and has no attempts left). For run/cancelled/lost the
+//      job hash now names this consumer, so the FINISH below is accepted. A hash left from a run
+//      whose result expired is forgotten first: the id is free again (and a cancel recorded
+//      after that run ended, with cancel_ms, belongs to the new job).
 //
 // FINISH KEYS: job hash, result key, queue stream, out channel
 //        ARGV: entry id, consumer, attempt, result bytes, ttl s, exited-event bytes, group
 //   -> "ok" (stored, published, acked, deleted), "fenced" (another daemon took the job over
 //      because this one was presumed dead: nothing written), "dup" (the id belongs to another
 //      entry: nothing written; the caller acks and drops this entry).
+//
+// REJECT KEYS: result key, queue stream, out channel
+//        ARGV: entry id, result bytes, ttl s, exited-event bytes, group
+//   -> "ok". An entry that cannot run: its error result is stored (unless the id already has a
+//      result: idempotency), published, and the entry acked and deleted. No job hash is made.
+//
+// CANCEL_QUEUED KEYS: job hash, result key, out channel
+//        ARGV: result bytes, ttl s, exited-event bytes, consumer
+//   -> "ok" when the job was cancelled and not running (its cancelled result is stored now; the
+//      entry is dropped as "done" whenever a daemon reads it), else why not: "done", "running",
+//      "not-cancelled".
+//
+// REFRESH KEYS: the stream of each entry   ARGV: consumer, group, then each entry id
+//   -> the entries this consumer no longer owns (another daemon took them over, or they are
+//      gone); the idle time of the others is reset (their lease renewed).
+//
+// FORWARD KEYS: from stream, to stream     ARGV: entry id, group
+//   -> the new entry's id ("" if the entry was gone). Moves a stream entry to another stream
+//      (a template's forward queue), keeping its fields and the time it was first queued
+//      (field enqueued_ms), acking and deleting the original.
+//
+// CANCEL_FLAGS KEYS: job hashes            ARGV: none
+//   -> the 1-based indices of the hashes whose `cancel` is "1".
 #pragma once
 
 namespace sandpool {
 
 extern const char* const kClaimScript;
 extern const char* const kFinishScript;
+extern const char* const kRejectScript;
+extern const char* const kCancelQueuedScript;
+extern const char* const kRefreshScript;
+extern const char* const kForwardScript;
+extern const char* const kCancelFlagsScript;
 
 }  // namespace sandpool

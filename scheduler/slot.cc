@@ -2,14 +2,15 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "common/job_env.h"
 #include "common/log.h"
 #include "common/runtimes.h"
+#include "common/syscalls.h"
 
 namespace sandpool {
 namespace {
@@ -20,35 +21,8 @@ constexpr size_t kChunk = 65536;
 constexpr int kDrainMs = 2000;
 const char* const kStreamName[2] = {"stdout", "stderr"};
 
-// The job's environment: its own variables, then the template's it did not set, then the safe
-// defaults it did not set.
-std::vector<std::string> JobEnv(const JobSpec& spec, const std::vector<std::string>& template_env) {
-  std::vector<std::string> env;
-  bool path = false, home = false, lang = false;
-  auto has = [&](const std::string& name) {
-    for (const auto& [k, v] : spec.env) {
-      if (k == name) return true;
-    }
-    return false;
-  };
-  for (const auto& [k, v] : spec.env) {
-    env.push_back(k + "=" + v);
-    path |= k == "PATH";
-    home |= k == "HOME";
-    lang |= k == "LANG";
-  }
-  for (const std::string& e : template_env) {
-    std::string name = e.substr(0, e.find('='));
-    if (has(name)) continue;
-    env.push_back(e);
-    path |= name == "PATH";
-    home |= name == "HOME";
-    lang |= name == "LANG";
-  }
-  if (!path) env.emplace_back("PATH=/usr/local/bin:/usr/bin:/bin");
-  if (!home) env.emplace_back("HOME=/work");
-  if (!lang) env.emplace_back("LANG=C.UTF-8");
-  return env;
+struct timeval Ms(int64_t ms) {
+  return {static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
 }
 
 }  // namespace
@@ -73,14 +47,15 @@ void Slot::AttachKeeper(UniqueFd channel, pid_t pid, UniqueFd pidfd) {
   channel_.Open(
       base_, std::move(channel), [this](Frame& f) { HandleFrame(f); },
       [this](const Status& why) { LoseKeeper(why.message()); });
-  state_ = State::kPreparing;
 }
 
 void Slot::Shutdown() {
   channel_.Close();
   keeper_pidfd_.reset();
-  ResetJob();
-  state_ = State::kNoKeeper;
+  ResetLaunch();
+  DropSandbox();
+  job_.reset();
+  reserved_ = false;
 }
 
 void Slot::SendToKeeper(MsgType t, const std::string& payload) {
@@ -92,8 +67,8 @@ void Slot::SendToKeeper(MsgType t, const std::string& payload) {
 void Slot::HandleFrame(Frame& f) {
   switch (static_cast<MsgType>(f.type)) {
     case MsgType::kReady:
-      if (state_ == State::kRunning) {
-        deferred_ready_ = std::move(f);
+      if (launched_) {
+        deferred_ready_ = std::move(f);  // the current job's output is still draining
       } else {
         AcceptReady(f);
       }
@@ -107,29 +82,27 @@ void Slot::HandleFrame(Frame& f) {
     }
     case MsgType::kStarted: {
       GenerationMsg m;
-      if (Decode(f.payload, &m).ok() && m.generation == generation_ && state_ == State::kRunning) {
-        NotifyStarted();
-      }
+      if (Decode(f.payload, &m).ok() && m.generation == generation_ && launched_) NotifyStarted();
       return;
     }
     case MsgType::kExited: {
       ExitedMsg m;
       if (!Decode(f.payload, &m).ok() || m.generation != generation_) return;
-      if (state_ == State::kRunning) {
-        evtimer_del(kill_answer_ev_);
-        exited_ = true;
-        exited_msg_ = std::move(m);
-        struct timeval tv = {kDrainMs / 1000, (kDrainMs % 1000) * 1000};
-        evtimer_add(timeout_ev_, &tv);
-        MaybeFinish();
-      } else {
-        // The sandbox died while idle (or reserved): drop its pipes; the keeper prepares the
-        // next one. A reserved slot notices at Start().
-        stdin_.reset();
-        pipes_[0].reset();
-        pipes_[1].reset();
-        if (state_ == State::kReady) state_ = State::kPreparing;
+      if (!launched_) {
+        // The sandbox died while idle: the keeper prepares the next one.
+        DropSandbox();
+        return;
       }
+      evtimer_del(kill_answer_ev_);
+      if (!m.started && m.exec_errno == 0 && !started_notified_ && kill_ == KillReason::kNone &&
+          RetryUnstarted("its sandbox ended before the job started")) {
+        return;
+      }
+      exited_ = true;
+      exited_msg_ = std::move(m);
+      struct timeval tv = Ms(kDrainMs);
+      evtimer_add(timeout_ev_, &tv);
+      MaybeFinish();
       return;
     }
     default:
@@ -149,11 +122,13 @@ void Slot::AcceptReady(Frame& f) {
   pipes_[1] = std::move(f.fds[2]);
   for (int i = 0; i < 2; ++i) (void)SetNonBlocking(pipes_[i].get());
   (void)SetNonBlocking(stdin_.get());
+  sandbox_ready_ = true;
   failing_ = false;
   if (hooks_.on_prepared) hooks_.on_prepared(*this, static_cast<double>(m.prepare_us) / 1e6);
-  if (state_ == State::kPreparing) {
-    state_ = State::kReady;
-    if (hooks_.on_ready) hooks_.on_ready(*this);
+  if (job_) {
+    Launch();  // a job was waiting for this sandbox
+  } else if (!reserved_ && hooks_.on_ready) {
+    hooks_.on_ready(*this);
   }
 }
 
@@ -163,39 +138,40 @@ void Slot::NotifyStarted() {
   if (hooks_.on_started) hooks_.on_started(*this);
 }
 
-void Slot::Reserve() { state_ = State::kReserved; }
+void Slot::Reserve() { reserved_ = true; }
 
 void Slot::Release() {
-  if (state_ != State::kReserved) return;
-  if (pipes_[0].valid()) {
-    state_ = State::kReady;
-    if (hooks_.on_ready) hooks_.on_ready(*this);
-  } else {
-    state_ = State::kPreparing;
-  }
+  reserved_ = false;
+  if (ready() && hooks_.on_ready) hooks_.on_ready(*this);
 }
 
 void Slot::Start(SlotJob job) {
-  state_ = State::kRunning;
+  reserved_ = false;
   job_ = std::move(job);
-  last_entry_ = job_->entry;
+  sandbox_retries_ = 0;
+  seq_ = 0;
+  kill_ = KillReason::kNone;
+  started_notified_ = false;
+  if (sandbox_ready_) {
+    Launch();
+  } else {
+    // The sandbox died between Ready and now; the job runs in the next one (AcceptReady), and
+    // its timeout covers the wait.
+    struct timeval tv = Ms(static_cast<int64_t>(job_->spec.timeout_ms));
+    evtimer_add(timeout_ev_, &tv);
+  }
+}
+
+void Slot::Launch() {
   result_ = JobResult();
   result_.id = job_->spec.id;
   result_.attempt = job_->attempt;
   result_.queue_wait_us = job_->queue_wait_us;
-  seq_ = 0;
-  kill_ = KillReason::kNone;
   exited_ = false;
-  started_notified_ = false;
   eof_[0] = eof_[1] = false;
   stdin_off_ = 0;
-  if (!pipes_[0].valid()) {
-    // The sandbox died between Ready and now.
-    exited_ = eof_[0] = eof_[1] = true;
-    exited_msg_ = ExitedMsg();
-    MaybeFinish();
-    return;
-  }
+  launched_ = true;
+  sandbox_ready_ = false;  // this sandbox is the job's now
 
   RunMsg run;
   run.generation = generation_;
@@ -216,8 +192,8 @@ void Slot::Start(SlotJob job) {
     run.kind = "argv";
     run.argv = spec.argv;
   }
-  run.env = JobEnv(spec, template_env_);
-  run.cwd = job_->spec.cwd;
+  run.env = JobEnvironment(spec.env, template_env_);
+  run.cwd = spec.cwd;
   run.cpu_time_ms = job_->cpu_time_ms;
   run.memory_bytes = job_->memory_bytes;
   run.pids = job_->pids;
@@ -227,15 +203,33 @@ void Slot::Start(SlotJob job) {
     pipe_ev_[i] = event_new(base_, pipes_[i].get(), EV_READ | EV_PERSIST, &Slot::OnPipe, this);
     event_add(pipe_ev_[i], nullptr);
   }
-  if (job_->spec.stdin_data.empty()) {
+  if (spec.stdin_data.empty()) {
     stdin_.reset();
   } else {
     stdin_ev_ = event_new(base_, stdin_.get(), EV_WRITE | EV_PERSIST, &Slot::OnStdin, this);
     WriteStdin();
   }
-  uint64_t ms = job_->spec.timeout_ms;
-  struct timeval tv = {static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
-  evtimer_add(timeout_ev_, &tv);
+  struct timeval tv = Ms(static_cast<int64_t>(spec.timeout_ms));
+  evtimer_add(timeout_ev_, &tv);  // (re)armed: the wall timeout counts from here
+}
+
+// The job never started in the sandbox it was handed to: it runs in the slot's next one. False
+// when it has had enough tries (the caller then ends it).
+bool Slot::RetryUnstarted(const char* why) {
+  if (sandbox_retries_ >= kMaxSandboxRetries) return false;
+  ++sandbox_retries_;
+  LogWarn("job did not start; it runs in the next sandbox",
+          {{"slot", index_}, {"job", job_->spec.id}, {"why", why}, {"try", sandbox_retries_}});
+  ResetLaunch();
+  DropSandbox();
+  struct timeval tv = Ms(static_cast<int64_t>(job_->spec.timeout_ms));
+  evtimer_add(timeout_ev_, &tv);  // covers the wait for the next sandbox
+  if (deferred_ready_) {
+    Frame ready = std::move(*deferred_ready_);
+    deferred_ready_.reset();
+    AcceptReady(ready);
+  }
+  return true;
 }
 
 void Slot::WriteStdin() {
@@ -302,27 +296,35 @@ void Slot::ReadPipe(int which) {
 }
 
 void Slot::Kill(KillReason reason) {
-  if (state_ != State::kRunning || kill_ != KillReason::kNone || exited_) return;
+  if (!job_ || kill_ != KillReason::kNone || exited_) return;
   kill_ = reason;
+  if (!launched_) {
+    // Waiting for a sandbox: nothing runs, so it ends now.
+    FinishNow(ExitedMsg());
+    return;
+  }
   SendToKeeper(MsgType::kKill, Encode(GenerationMsg{generation_}));
-  struct timeval tv = {kKillAnswerMs / 1000, (kKillAnswerMs % 1000) * 1000};
+  struct timeval tv = Ms(kKillAnswerMs);
   evtimer_add(kill_answer_ev_, &tv);
 }
 
 void Slot::OnKillUnanswered(evutil_socket_t, short, void* arg) {
   auto* self = static_cast<Slot*>(arg);
-  if (self->state_ != State::kRunning || self->exited_) return;
+  if (!self->launched_ || self->exited_) return;
   LogError("keeper did not answer a kill; replacing it",
            {{"slot", self->index_}, {"pid", static_cast<int64_t>(self->keeper_pid_)},
             {"job", self->job_->spec.id}, {"waited_ms", kKillAnswerMs}});
   // Its sandboxes die with it (their inits' parent-death signal).
-  if (self->keeper_pidfd_) ::syscall(SYS_pidfd_send_signal, self->keeper_pidfd_.get(), SIGKILL, nullptr, 0);
+  if (self->keeper_pidfd_) sys::PidfdSendSignal(self->keeper_pidfd_.get(), SIGKILL);
   self->LoseKeeper("did not answer a kill within " + std::to_string(kKillAnswerMs) + " ms");
 }
 
 void Slot::OnTimeout(evutil_socket_t, short, void* arg) {
   auto* self = static_cast<Slot*>(arg);
-  if (self->state_ != State::kRunning) return;
+  if (!self->launched_) {
+    if (self->job_) self->Kill(KillReason::kTimeout);  // still waiting for a sandbox
+    return;
+  }
   if (!self->exited_) {
     self->Kill(KillReason::kTimeout);
     return;
@@ -341,21 +343,43 @@ void Slot::OnTimeout(evutil_socket_t, short, void* arg) {
 }
 
 void Slot::MaybeFinish() {
-  if (state_ != State::kRunning || !exited_ || !eof_[0] || !eof_[1]) return;
-  FillOutcome(exited_msg_, kill_, &result_);
+  if (!launched_ || !exited_ || !eof_[0] || !eof_[1]) return;
+  FinishNow(exited_msg_);
+}
+
+// Ends the job with `exited` as the keeper's account of its sandbox, and frees the slot.
+void Slot::FinishNow(ExitedMsg exited) {
+  if (!launched_) {
+    // It never reached a sandbox: its result is only why it ends.
+    result_ = JobResult();
+    result_.id = job_->spec.id;
+    result_.attempt = job_->attempt;
+    result_.queue_wait_us = job_->queue_wait_us;
+  }
+  FillOutcome(exited, kill_, &result_);
   if (result_.error && result_.error->code == ErrorCode::kExecFailed && !job_->spec.argv.empty() &&
       result_.error->message.rfind("exec:", 0) == 0) {
     result_.error->message = job_->spec.argv[0] + ": " + result_.error->message;
   }
   JobResult r = std::move(result_);
+  SlotJob job = std::move(*job_);
   std::optional<Frame> ready = std::move(deferred_ready_);
-  ResetJob();
-  state_ = channel_.open() ? State::kPreparing : State::kNoKeeper;
-  if (hooks_.on_finished) hooks_.on_finished(*this, std::move(r));
-  if (ready && state_ == State::kPreparing) AcceptReady(*ready);
+  deferred_ready_.reset();
+  ResetLaunch();
+  job_.reset();
+  if (hooks_.on_finished) hooks_.on_finished(*this, job, std::move(r));
+  if (ready && has_keeper()) AcceptReady(*ready);
 }
 
-void Slot::ResetJob() {
+// Forgets the current sandbox (its pipes); the keeper prepares the next one.
+void Slot::DropSandbox() {
+  sandbox_ready_ = false;
+  stdin_.reset();
+  pipes_[0].reset();
+  pipes_[1].reset();
+}
+
+void Slot::ResetLaunch() {
   evtimer_del(timeout_ev_);
   evtimer_del(kill_answer_ev_);
   for (int i = 0; i < 2; ++i) {
@@ -366,30 +390,27 @@ void Slot::ResetJob() {
   if (stdin_ev_ != nullptr) event_free(stdin_ev_);
   stdin_ev_ = nullptr;
   stdin_.reset();
-  job_.reset();
+  launched_ = false;
   exited_ = false;
-  kill_ = KillReason::kNone;
-  deferred_ready_.reset();
 }
 
 void Slot::LoseKeeper(const std::string& why) {
   LogWarn("keeper lost", {{"slot", index_}, {"pid", static_cast<int64_t>(keeper_pid_)}, {"why", why}});
   channel_.Close();
   keeper_pidfd_.reset();
-  if (state_ == State::kRunning) {
-    // The sandbox died with its keeper; end the job with what we have.
-    exited_ = true;
-    eof_[0] = eof_[1] = true;
-    exited_msg_ = ExitedMsg();
-    MaybeFinish();
-  } else {
-    ResetJob();
+  deferred_ready_.reset();
+  if (launched_) {
+    bool retried = !started_notified_ && kill_ == KillReason::kNone && RetryUnstarted("its keeper died before the job started");
+    if (!retried) {
+      // The sandbox died with its keeper; end the job with what we have.
+      ExitedMsg ex;
+      ex.generation = generation_;
+      ex.started = started_notified_;
+      ex.killed = kill_ != KillReason::kNone;
+      FinishNow(ex);
+    }
   }
-  bool was_reserved = state_ == State::kReserved;
-  state_ = was_reserved ? State::kReserved : State::kNoKeeper;
-  stdin_.reset();
-  pipes_[0].reset();
-  pipes_[1].reset();
+  DropSandbox();
   if (hooks_.on_keeper_lost) hooks_.on_keeper_lost(*this);
 }
 

@@ -19,13 +19,16 @@
 #include <optional>
 
 #include "common/clock.h"
+#include "common/job_env.h"
 #include "common/log.h"
+#include "common/syscalls.h"
 #include "worker/channel.h"
 #include "worker/messages.h"
 #include "worker/nursery.h"
 #include "worker/rootfs.h"
 #include "worker/sandbox.h"
 #include "worker/seccomp/seccomp_policy.h"
+#include "worker/stub_protocol.h"
 #include "worker/zygote.h"
 
 namespace sandpool {
@@ -193,14 +196,14 @@ class Keeper {
     std::string report;
     bool status_open = true, have_report = false;
     auto on_stub_eof = [&] {
-      // EOF: the exec happened (close-on-exec) or the zygote started the job, unless an error
-      // report came first.
-      if (!stub_said.empty() && stub_said[0] == 'E') {
+      // EOF after 'S': the exec happened (close-on-exec) or the zygote started the job, unless
+      // an error report came; EOF without 'S': the stub died before the job started.
+      StubReport said = ParseStubReport(stub_said);
+      if (said.failed()) {
         have_exec_error = true;
-        exec_errno = std::atoi(stub_said.c_str() + 1);
-        size_t sp = stub_said.find(' ');
-        exec_stage = sp == std::string::npos ? "exec" : stub_said.substr(sp + 1, stub_said.find('\n') - sp - 1);
-      } else if (!started) {
+        exec_errno = said.error;
+        exec_stage = said.stage;
+      } else if (said.starting && !started) {
         started = true;
         exec_at = MonotonicUs();
         Send(MsgType::kStarted, Encode(GenerationMsg{gen_}));
@@ -242,9 +245,7 @@ class Keeper {
             // The stub (or zygote) is blocked reading; the job goes to it as the socket takes it
             // (POLLOUT below), so a large job never blocks this loop.
             if (runtime_ == nullptr) {
-              uint32_t len = static_cast<uint32_t>(f.payload.size());
-              to_stub.assign(reinterpret_cast<const char*>(&len), sizeof len);
-              to_stub += f.payload;
+              to_stub = EncodeExecImage(run, DefaultPath());
             } else {
               to_stub = ZygotePayload(*runtime_, run);
             }
@@ -287,7 +288,8 @@ class Keeper {
         ssize_t r = ::read(sb_.status.get(), buf, sizeof buf);
         if (r > 0) report.append(buf, static_cast<size_t>(r));
         if (r <= 0) status_open = false;  // init died without a report: its pidfd tells
-        if (report.size() >= 1 + sizeof(InitReport) && report[0] == 'S') {
+        InitReport ir;
+        if (DecodeInitReport(report, &ir)) {
           exec_end = MonotonicUs();
           // Every process of the job is gone (init reaped them all), so is every holder of the
           // stub socket's other end: take what was said, then its EOF.
@@ -317,9 +319,7 @@ class Keeper {
       ex.exec_stage = exec_stage;
     }
     if (!have_report) report += DrainStatus(sb_.status.get());
-    if (report.size() >= 1 + sizeof(InitReport) && report[0] == 'S') {
-      InitReport ir;
-      std::memcpy(&ir, report.data() + 1, sizeof ir);
+    if (InitReport ir; DecodeInitReport(report, &ir)) {
       ex.have_status = true;
       ex.wait_status = ir.wait_status;
       ex.disk_full = ir.disk_full != 0;
@@ -330,7 +330,7 @@ class Keeper {
       ex.oom_kills = st->oom_kills - base.oom_kills;
       ex.pids_max_hits = st->pids_max_hits - base.pids_max_hits;
     }
-    if (started) ex.exec_time_us = static_cast<uint64_t>(exec_end - exec_at);
+    if (started && exec_end >= exec_at) ex.exec_time_us = static_cast<uint64_t>(exec_end - exec_at);
     UniqueFd init = std::move(sb_.pidfd);
     sb_ = Sandbox();
     Send(MsgType::kExited, Encode(ex));
@@ -344,7 +344,7 @@ class Keeper {
     while (::poll(&p, 1, 10000) < 0 && errno == EINTR) {
     }
     if (!(p.revents & POLLIN)) {
-      ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+      sys::PidfdSendSignal(pidfd, SIGKILL);
       ::poll(&p, 1, 10000);
     }
     siginfo_t info;

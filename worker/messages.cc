@@ -50,6 +50,16 @@ struct KeeperWire {
   MSGPACK_DEFINE_MAP(slot, pid)
 };
 
+struct NurseryConfigWire {
+  std::string hostname;
+  uint64_t work_bytes, tmp_bytes, shm_bytes, inodes, open_files, file_size_bytes, upper_bytes;
+  bool has_layer;
+  std::string layer_mount;
+  std::vector<char> bpf;
+  MSGPACK_DEFINE_MAP(hostname, work_bytes, tmp_bytes, shm_bytes, inodes, open_files, file_size_bytes, upper_bytes,
+                     has_layer, layer_mount, bpf)
+};
+
 template <typename W>
 std::string Pack(const W& w) {
   msgpack::sbuffer buf;
@@ -155,6 +165,19 @@ Status Decode(std::string_view in, KeeperMsg* m) {
   SP_RETURN_IF_ERROR(Unpack(in, &w));
   m->slot = w.slot;
   m->pid = w.pid;
+  return Status::Ok();
+}
+
+std::string Encode(const NurseryConfigMsg& m) {
+  return Pack(NurseryConfigWire{m.hostname, m.work_bytes, m.tmp_bytes, m.shm_bytes, m.inodes, m.open_files,
+                                m.file_size_bytes, m.upper_bytes, m.has_layer, m.layer_mount,
+                                std::vector<char>(m.bpf.begin(), m.bpf.end())});
+}
+Status Decode(std::string_view in, NurseryConfigMsg* m) {
+  NurseryConfigWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  *m = {w.hostname, w.work_bytes, w.tmp_bytes, w.shm_bytes, w.inodes, w.open_files, w.file_size_bytes,
+        w.upper_bytes, w.has_layer, w.layer_mount, std::string(w.bpf.begin(), w.bpf.end())};
   return Status::Ok();
 }
 

@@ -85,7 +85,20 @@ struct KeeperMsg {
   int32_t pid = 0;
 };
 
+// What a nursery mother's children need to set themselves up (nursery.h): the inside-the-sandbox
+// part of the template's SandboxConfig and the seccomp filter (its BPF instructions as bytes).
+struct NurseryConfigMsg {
+  std::string hostname;
+  uint64_t work_bytes = 0, tmp_bytes = 0, shm_bytes = 0, inodes = 0, open_files = 0, file_size_bytes = 0,
+           upper_bytes = 0;
+  bool has_layer = false;
+  std::string layer_mount;
+  std::string bpf;
+};
+
 std::string Encode(const ReadyMsg& m);
+std::string Encode(const NurseryConfigMsg& m);
+Status Decode(std::string_view in, NurseryConfigMsg* m);
 std::string Encode(const RunMsg& m);
 std::string Encode(const ExitedMsg& m);
 std::string Encode(const GenerationMsg& m);

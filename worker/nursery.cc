@@ -14,6 +14,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/syscalls.h"
+#include "worker/messages.h"
+#include "worker/sandbox_init.h"
+
 namespace sandpool {
 namespace {
 
@@ -118,63 +122,38 @@ bool NurseryApplies(const SandboxConfig& config) {
 }
 
 std::string EncodeNurseryConfig(const SandboxConfig& c, const SeccompProgram& seccomp) {
-  std::ostringstream o;
-  o << "hostname=" << c.hostname << "\n"
-    << "work=" << c.work_bytes << "\n"
-    << "tmp=" << c.tmp_bytes << "\n"
-    << "shm=" << c.shm_bytes << "\n"
-    << "inodes=" << c.inodes << "\n"
-    << "open_files=" << c.open_files << "\n"
-    << "file_size=" << c.file_size_bytes << "\n"
-    << "upper=" << c.upper_bytes << "\n"
-    << "layer=" << (c.layer_host_dir.empty() ? 0 : 1) << "\n"
-    << "layer_mount=" << c.layer_mount << "\n"
-    << "bpf=";
-  char hex[3];
-  for (const struct sock_filter& f : seccomp.filter) {
-    const auto* b = reinterpret_cast<const unsigned char*>(&f);
-    for (size_t i = 0; i < sizeof f; ++i) {
-      std::snprintf(hex, sizeof hex, "%02x", b[i]);
-      o << hex;
-    }
-  }
-  o << "\n";
-  return o.str();
+  NurseryConfigMsg m;
+  m.hostname = c.hostname;
+  m.work_bytes = c.work_bytes;
+  m.tmp_bytes = c.tmp_bytes;
+  m.shm_bytes = c.shm_bytes;
+  m.inodes = c.inodes;
+  m.open_files = c.open_files;
+  m.file_size_bytes = c.file_size_bytes;
+  m.upper_bytes = c.upper_bytes;
+  m.has_layer = !c.layer_host_dir.empty();
+  m.layer_mount = c.layer_mount;
+  m.bpf.assign(reinterpret_cast<const char*>(seccomp.filter.data()), seccomp.filter.size() * sizeof(struct sock_filter));
+  return Encode(m);
 }
 
 Status DecodeNurseryConfig(std::string_view blob, SandboxConfig* c, SeccompProgram* seccomp) {
-  size_t pos = 0;
-  while (pos < blob.size()) {
-    size_t end = blob.find('\n', pos);
-    if (end == std::string_view::npos) return Status::Error("nursery config: unterminated line");
-    std::string_view line = blob.substr(pos, end - pos);
-    pos = end + 1;
-    size_t eq = line.find('=');
-    if (eq == std::string_view::npos) return Status::Error("nursery config: no '='");
-    std::string key(line.substr(0, eq)), value(line.substr(eq + 1));
-    uint64_t n = std::strtoull(value.c_str(), nullptr, 10);
-    if (key == "hostname") c->hostname = value;
-    else if (key == "work") c->work_bytes = n;
-    else if (key == "tmp") c->tmp_bytes = n;
-    else if (key == "shm") c->shm_bytes = n;
-    else if (key == "inodes") c->inodes = n;
-    else if (key == "open_files") c->open_files = n;
-    else if (key == "file_size") c->file_size_bytes = n;
-    else if (key == "upper") c->upper_bytes = n;
-    // Inside the sandbox only whether there is a layer matters (the keeper mounted it).
-    else if (key == "layer") c->layer_host_dir = n ? "(mounted by the keeper)" : "";
-    else if (key == "layer_mount") c->layer_mount = value;
-    else if (key == "bpf") {
-      if (value.size() % (2 * sizeof(struct sock_filter)) != 0) return Status::Error("nursery config: bad bpf");
-      seccomp->filter.resize(value.size() / (2 * sizeof(struct sock_filter)));
-      auto* out = reinterpret_cast<unsigned char*>(seccomp->filter.data());
-      for (size_t i = 0; i < value.size(); i += 2) {
-        out[i / 2] = static_cast<unsigned char>(std::strtoul(value.substr(i, 2).c_str(), nullptr, 16));
-      }
-    } else {
-      return Status::Error("nursery config: unknown key " + key);
-    }
-  }
+  NurseryConfigMsg m;
+  SP_RETURN_IF_ERROR(Decode(blob, &m).Prefixed("nursery config"));
+  if (m.bpf.size() % sizeof(struct sock_filter) != 0) return Status::Error("nursery config: bad bpf");
+  c->hostname = m.hostname;
+  c->work_bytes = m.work_bytes;
+  c->tmp_bytes = m.tmp_bytes;
+  c->shm_bytes = m.shm_bytes;
+  c->inodes = m.inodes;
+  c->open_files = m.open_files;
+  c->file_size_bytes = m.file_size_bytes;
+  c->upper_bytes = m.upper_bytes;
+  // Inside the sandbox only whether there is a layer matters (the keeper mounted it).
+  c->layer_host_dir = m.has_layer ? "(mounted by the keeper)" : "";
+  c->layer_mount = m.layer_mount;
+  seccomp->filter.resize(m.bpf.size() / sizeof(struct sock_filter));
+  std::memcpy(seccomp->filter.data(), m.bpf.data(), m.bpf.size());
   c->runtime = "python";
   return Status::Ok();
 }
@@ -219,21 +198,20 @@ Result<Sandbox> NurseryPrepareSandbox(int mother, SlotCgroup& cgroup) {
 long NurseryCloneInit(const int* fds, int nfds, int* pidfd) {
   if (nfds != 6) return -EINVAL;
   // The mother's user namespace is the sandbox's: it is mapped already.
-  long pid = CloneInit(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS, pidfd);
+  long pid = sys::Clone3(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS, pidfd);
   if (pid < 0) return -errno;
-  if (pid == 0) ArrangeFds({fds[0], fds[1], fds[2], fds[3], fds[4], fds[5]});
+  if (pid == 0 && ArrangeFds(fds, 6) != 0) ::_exit(126);  // its status pipe is not in place
   return pid;
 }
 
 int NurseryEnter(const char* blob, size_t len) {
-  const int status_fd = 4;
   // Kept for the process's life: init serves with it, the stub's confinement reads it.
   static SandboxConfig config;
   static SeccompProgram seccomp;
   Status s = DecodeNurseryConfig(std::string_view(blob, len), &config, &seccomp);
-  if (!s.ok()) InitFail(status_fd, s.message());
+  if (!s.ok()) InitFail(s.message());
   // The mother's dispositions (an interpreter's handlers, its reaper) are not init's.
-  ResetSignals();
+  if (int err = ResetSignals()) InitFail("reset signals: " + std::string(std::strerror(err)));
   InitSetUp(config);
   // Under memory pressure the kernel is to kill the job, not the slot's mother (whose memory
   // counts in the same cgroup): init and the stub make themselves the first choice.
@@ -245,10 +223,12 @@ int NurseryEnter(const char* blob, size_t len) {
   // of its own (init stays here, reaping).
   pid_t stub = ::fork();
   if (stub == 0) {
-    ::dup2(6, 0);
-    ::dup2(7, 1);
-    ::dup2(8, 2);
-    ArrangeFds({5});
+    // A failure is the sandbox's: exiting before the stub's 'R' fails its preparation.
+    for (int fd = 0; fd < 3; ++fd) {
+      if (::dup2(6 + fd, fd) != fd) ::_exit(126);
+    }
+    const int sock = 5;
+    if (ArrangeFds(&sock, 1) != 0) ::_exit(126);
     PopulatePrivateMemory();
     StubPrologue(config, &seccomp);
     return 0;

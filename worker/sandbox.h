@@ -1,4 +1,5 @@
-// One sandbox: created by the keeper, used for one job, then destroyed.
+// One sandbox, the keeper's side: created by the keeper, used for one job, then destroyed. What
+// runs inside it is sandbox_init.h; what the two say to each other is stub_protocol.h.
 //
 // PrepareSandbox clones the sandbox's init with new user, pid, mount, ipc, uts and cgroup
 // namespaces (the network namespace is the keeper's own, loopback only, shared by the slot's
@@ -12,12 +13,9 @@
 //         pipe, then exits; its exit kills the whole pid namespace.
 //   stub  (sandbox uid 1000 = host_id_base+2n+1): becomes the job by execve.
 //
-// Status pipe (init -> keeper): 'F' <message> when setup failed, or 'S' <InitReport> when the
-// job's main process ended. Stub socket (keeper <-> stub): 'R' when ready; the keeper sends a
-// u32-length-prefixed RunMsg; the stub answers "E<errno> <stage>\n" if it could not exec, else
-// the socket closes at exec (CLOEXEC), which is how the keeper knows the job started. With a
-// runtime, the stub instead execs the template's zygote at once, which then speaks the same
-// way on the same socket (zygote.h).
+// init's fds, from 3: the sync pipe (read), the status pipe (write), the stub socket, then the
+// job's stdin (read), stdout and stderr (write). With a runtime, the stub execs the template's
+// zygote at once, which speaks the stub's part of stub_protocol.h on the same socket.
 #pragma once
 
 #include <sys/types.h>
@@ -34,11 +32,6 @@ namespace sandpool {
 
 struct SeccompProgram;
 class SlotCgroup;
-
-struct InitReport {
-  int32_t wait_status;
-  uint8_t disk_full;
-};
 
 struct Sandbox {
   pid_t init_pid = -1;
@@ -58,10 +51,6 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotC
 // The two ends of a sandbox's pipes and stub socket: the host's, in a Sandbox, and the six
 // init takes, in the order it expects them at fds 3-8 (sync read, status write, stub socket,
 // stdin read, stdout write, stderr write).
-// clone3 of a sandbox's init into `namespaces` (CLONE_NEW* flags), with a pidfd in *pidfd and
-// SIGCHLD at its exit: its pid in the parent, 0 in init, -1 (errno) on failure.
-long CloneInit(uint64_t namespaces, int* pidfd);
-
 struct SandboxFds {
   Sandbox sb;
   UniqueFd inside[6];
@@ -73,25 +62,6 @@ Result<SandboxFds> MakeSandboxFds();
 // a nursery's sandboxes share the mother's user namespace), lets it go and waits for the stub's
 // 'R'. On failure the sandbox is killed and init's own report, if any, returned.
 Result<Sandbox> FinishSandbox(Sandbox sb, SlotCgroup& cgroup, const std::string& id_map);
-
-// Inside a sandbox, shared by the sandboxes a keeper clones and those a nursery clones. init's
-// fds: 3 sync (read), 4 status (write), 5 stub socket, 6-8 the job's stdin, stdout, stderr.
-// InitSetUp: waits for the keeper's go, becomes sandbox root, enters its cgroup namespace, sets
-// the hostname and mounts the sandbox's filesystems; reports on the status pipe and exits on
-// failure. InitServe: given the stub's pid, drops the job's fds and reaps until the stub ends,
-// then reports its wait status and exits (which kills the pid namespace).
-void InitSetUp(const SandboxConfig& config);
-[[noreturn]] void InitServe(const SandboxConfig& config, pid_t stub);
-// The stub's confinement (fds 0-2 the job's stdio, 3 its socket): new session, no capabilities,
-// uid 1000, no_new_privs, rlimits, default signal dispositions, then the seccomp filter. A
-// failure is reported on fd 3 and exits.
-void StubPrologue(const SandboxConfig& config, const SeccompProgram* seccomp);
-// Reports "F<what>" on init's status pipe and exits.
-[[noreturn]] void InitFail(int status_fd, const std::string& what);
-// Moves `fds` to 3, 4, ... in order and closes every other fd above 2.
-void ArrangeFds(std::vector<int> fds);
-// Every signal to its default disposition, nothing blocked.
-void ResetSignals();
 
 // Reads everything init wrote on its status pipe (call after init exited); empty if nothing.
 std::string DrainStatus(int fd);

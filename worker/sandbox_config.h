@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_env.h"
 #include "worker/cgroup.h"
 
 namespace sandpool {
@@ -14,8 +15,9 @@ struct SandboxConfig {
   std::string template_name = "default";
   // The interpreter kept warm in each sandbox ("", "sh", "bash", "python", "node"; see zygote.h).
   std::string runtime;
-  // The environment the zygote starts with (jobs replace it with their own).
-  std::vector<std::string> base_env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8"};
+  // The environment the zygote starts with (jobs replace it with their own): the template's
+  // variables over the defaults (common/job_env.h).
+  std::vector<std::string> base_env = JobEnvironment({}, {});
   // Host ids: slot n maps sandbox uid/gid 0 to host_id_base + 2n and sandbox uid/gid 1000 (the
   // job's user) to host_id_base + 2n + 1. Never 0; distinct per slot.
   uint32_t host_id_base = 200000;

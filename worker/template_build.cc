@@ -9,6 +9,8 @@
 #include <cstdio>
 
 #include "common/clock.h"
+#include "common/job_env.h"
+#include "common/runtimes.h"
 #include "worker/messages.h"
 #include "worker/rootfs.h"
 
@@ -73,8 +75,8 @@ Status RunLayerBuild(Channel& spawner, uint32_t template_index, uint32_t slot, c
   run.generation = r.generation;
   run.kind = "shell";
   run.code = script;
-  run.argv = {"/bin/sh", "-c", script};
-  run.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8"};
+  run.argv = SourceArgv(*FindRuntime("sh"), script);
+  run.env = JobEnvironment({}, {});
   run.cwd = "/work";
   SP_RETURN_IF_ERROR(keeper.Send(static_cast<uint16_t>(MsgType::kRun), Encode(run)));
 

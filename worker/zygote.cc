@@ -109,6 +109,7 @@ def _sandpool_zygote():
     except OSError as e:
         os.write(3, b"E%d cwd\n" % e.errno)
         os._exit(126)
+    os.write(3, b"S")
     if job["kind"] != "code":
         argv = job["argv"]
         try:
@@ -175,9 +176,14 @@ const job = JSON.parse(Buffer.concat(chunks).toString('utf8'));
 for (const k of Object.keys(process.env)) delete process.env[k];
 Object.assign(process.env, job.env);
 try { process.chdir(job.cwd); } catch (e) { fs.writeSync(3, 'E' + (-e.errno || 2) + ' cwd\n'); process.exit(126); }
+fs.writeSync(3, 'S');
 if (job.kind !== 'code') {
   const r = require('child_process').spawnSync(job.argv[0], job.argv.slice(1), { stdio: 'inherit', env: job.env });
-  if (r.error) { fs.writeSync(3, 'E' + (-r.error.errno || 2) + ' exec\n'); process.exit(127); }
+  if (r.error) {
+    const err = -r.error.errno || 2;
+    fs.writeSync(3, 'E' + err + ' exec\n');
+    process.exit(err === 2 ? 127 : 126);
+  }
   fs.closeSync(3);
   if (r.signal) process.kill(process.pid, r.signal);
   process.exit(r.status);
@@ -234,19 +240,25 @@ std::string ZygotePayload(const RuntimeInfo& r, const RunMsg& run) {
       for (const std::string& a : run.argv) words += " " + ShellQuote(a);
       bool own_pwd = false;
       for (const std::string& e : run.env) own_pwd |= e.rfind("PWD=", 0) == 0;
+      // execve's errors, as execvp reports them: a file that exists but cannot be executed (a
+      // directory, no x bit) is EACCES and 126; one that is nowhere is ENOENT and 127.
+      const std::string q = ShellQuote(prog);
       if (prog.find('/') != std::string::npos) {
-        script += "__sp_p=" + ShellQuote(prog) + "\n";
+        script += "if [ -f " + q + " ] && [ -x " + q + " ]; then :; elif [ -e " + q +
+                  " ]; then printf 'E13 exec\\n' >&3; exit 126; else printf 'E2 exec\\n' >&3; exit 127; fi\n";
       } else {
-        script += "__sp_p=; __sp_ifs=$IFS; IFS=:; for __sp_d in ${PATH:-/usr/bin:/bin}; do "
-                  "if [ -f \"${__sp_d:-.}/\"" + ShellQuote(prog) + " ] && [ -x \"${__sp_d:-.}/\"" + ShellQuote(prog) +
-                  " ]; then __sp_p=x; break; fi; done; IFS=$__sp_ifs\n";
+        script += "__sp_p=; __sp_e=2; __sp_ifs=$IFS; IFS=:; for __sp_d in ${PATH:-/usr/bin:/bin}; do "
+                  "if [ -f \"${__sp_d:-.}/\"" + q + " ] && [ -x \"${__sp_d:-.}/\"" + q +
+                  " ]; then __sp_p=x; break; elif [ -e \"${__sp_d:-.}/\"" + q + " ]; then __sp_e=13; fi; done; "
+                  "IFS=$__sp_ifs\n"
+                  "if [ -z \"$__sp_p\" ]; then printf 'E%s exec\\n' \"$__sp_e\" >&3; "
+                  "if [ \"$__sp_e\" = 2 ]; then exit 127; fi; exit 126; fi\n";
       }
-      script += "if [ -n \"$__sp_p\" ] && { [ \"$__sp_p\" = x ] || { [ -f \"$__sp_p\" ] && [ -x \"$__sp_p\" ]; }; }; then ";
-      if (!own_pwd) script += "unset PWD; ";
-      script += "exec 3>&-; exec" + words + "; else printf 'E2 exec\\n' >&3; exit 127; fi\n";
+      if (!own_pwd) script += "unset PWD\n";
+      script += "printf S >&3; exec 3>&-; exec" + words + "\n";
     } else {
       // shell line, or code for this shell's own runtime
-      script += "exec 3>&-\n";
+      script += "printf S >&3; exec 3>&-\n";
       script += run.code;
       script += "\n";
     }

@@ -20,9 +20,9 @@ ACL_CLIENT = ("sandpool-client on >{pw} resetkeys resetchannels -@all +ping +hel
               "(+xadd ~sandpool:q:*) (+get ~sandpool:result:*) (+hset +expire ~sandpool:job:*) "
               "(+subscribe +unsubscribe &sandpool:out:*) (+publish &sandpool:cancel)")
 ACL_DAEMON = ("sandpool-daemon on >{pw} resetkeys resetchannels -@all +ping +hello +auth +select +client|setname "
-              "+xreadgroup +xack +xdel +xautoclaim +xclaim +xgroup|create +xinfo|groups +xlen +xadd +eval "
-              "+get +set +hset +hget +hgetall +hmget +exists +expire +publish +subscribe +unsubscribe "
-              "~sandpool:* &sandpool:*")
+              "+client|list +info +xreadgroup +xack +xdel +xautoclaim +xclaim +xpending +xrange +xgroup|create +xinfo|groups "
+              "+xlen +xadd +eval +time +del +get +set +hset +hget +hgetall +hmget +exists +expire +publish +subscribe "
+              "+unsubscribe ~sandpool:* &sandpool:*")
 
 
 def free_port() -> int:

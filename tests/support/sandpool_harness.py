@@ -77,8 +77,17 @@ class RedisServer:
         time.sleep(down_for)
         self.start()
 
+    def pause(self) -> None:
+        """Freezes the server (SIGSTOP): connections stay open, nothing is answered. A failover
+        or a long fork looks like this to its clients."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.kill()
             self.proc.wait(10)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -127,8 +136,16 @@ class Daemon:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout)
 
+    def pause(self) -> None:
+        """Freezes the daemon process alone (SIGSTOP); its keepers and sandboxes go on."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(20)

@@ -1,0 +1,69 @@
+#include "scheduler/intake.h"
+
+#include <cstdlib>
+
+#include "common/runtimes.h"
+
+namespace sandpool {
+
+int64_t EntryMs(const std::string& entry_id) { return std::strtoll(entry_id.c_str(), nullptr, 10); }
+
+int TemplateFor(const JobSpec& spec, const DaemonConfig& config) {
+  if (!spec.template_name.empty()) return FindTemplate(config, spec.template_name);
+  if (spec.code) {
+    // The template named after the runtime, else any template that keeps it warm.
+    int named = FindTemplate(config, spec.runtime);
+    if (named >= 0 && config.templates[static_cast<size_t>(named)].sandbox.runtime == spec.runtime) return named;
+    for (size_t i = 0; i < config.templates.size(); ++i) {
+      if (config.templates[i].sandbox.runtime == spec.runtime) return static_cast<int>(i);
+    }
+  }
+  return 0;  // "default"
+}
+
+std::variant<Admitted, Rejection> Admit(const StreamEntry& e, const DaemonConfig& config) {
+  auto id_field = e.fields.find("id");
+  std::string job_id = id_field != e.fields.end() ? id_field->second : "";
+  bool id_ok = ValidJobId(job_id);
+  if (!id_ok) job_id = "entry-" + e.id;
+  size_t total = 0;
+  for (const auto& [k, v] : e.fields) total += k.size() + v.size();
+  if (total > config.max_payload_bytes) {
+    return Rejection{job_id, ErrorCode::kTooLarge,
+                     "stream entry is " + std::to_string(total) + " bytes; the limit is " +
+                         std::to_string(config.max_payload_bytes),
+                     true};
+  }
+  auto job = e.fields.find("job");
+  if (job == e.fields.end()) return Rejection{job_id, ErrorCode::kBadPayload, "stream entry has no 'job' field", true};
+  if (!id_ok) {
+    return Rejection{job_id, ErrorCode::kBadField,
+                     "the entry's 'id' field is missing or not a valid job id (PROTOCOL.md section 1)", true};
+  }
+  auto decoded = DecodeJob(job->second, config.limits);
+  if (auto* err = std::get_if<JobError>(&decoded)) {
+    return Rejection{job_id, err->code, err->message, err->code == ErrorCode::kBadPayload};
+  }
+  Admitted a;
+  a.spec = std::move(std::get<JobSpec>(decoded));
+  if (a.spec.id != job_id) {
+    return Rejection{job_id, ErrorCode::kBadField,
+                     "the payload's id '" + a.spec.id + "' differs from the entry's id field", false};
+  }
+  int tmpl = TemplateFor(a.spec, config);
+  if (tmpl < 0) return Rejection{job_id, ErrorCode::kBadField, "unknown template '" + a.spec.template_name + "'", false};
+  a.template_index = static_cast<uint32_t>(tmpl);
+  const TemplateConfig& t = config.templates[a.template_index];
+  if (a.spec.code && a.spec.runtime != t.sandbox.runtime && SourceArgv(*FindRuntime(a.spec.runtime), *a.spec.code).empty()) {
+    return Rejection{job_id, ErrorCode::kTooLarge,
+                     "code: " + std::to_string(a.spec.code->size()) + " bytes of " + a.spec.runtime + " in template '" +
+                         t.name + "', which does not keep " + a.spec.runtime +
+                         " warm, must go on a command line (at most " + std::to_string(kMaxExecString - 1) + " bytes)",
+                     false};
+  }
+  auto enq = e.fields.find("enqueued_ms");
+  a.enqueued_ms = enq != e.fields.end() ? std::strtoll(enq->second.c_str(), nullptr, 10) : EntryMs(e.id);
+  return a;
+}
+
+}  // namespace sandpool

@@ -1,0 +1,85 @@
+// The job ledger: every change of a job's state in Redis (PROTOCOL.md sections 4, 5 and 7),
+// through the Lua scripts of scripts.h on the daemon's command connection: claims, results
+// (stored, published, acked and deleted in one step), rejections and dead letters, cancels, and
+// the leases on the stream entries this daemon holds.
+//
+// Guarantees:
+//  - an entry is acknowledged only by the script that stores its result (or finds it has one);
+//  - a result that cannot be stored now (Redis away or refusing) waits in memory and is sent
+//    again on reconnect and every heartbeat, until Redis answers;
+//  - the leases of held entries are renewed every heartbeat, and only while they are still this
+//    daemon's: RefreshLeases names the ones another daemon took over.
+//
+// Ownership: the Daemon owns it; `cmd` outlives it. Loop thread only.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "metrics/metrics.h"
+#include "queue/keys.h"
+#include "queue/protocol.h"
+#include "scheduler/config.h"
+#include "scheduler/redis_async.h"
+
+namespace sandpool {
+
+class JobLedger {
+ public:
+  enum class Verdict { kRun, kCancelled, kLost, kDrop, kUnknown };
+
+  JobLedger(RedisAsync* cmd, const Keys& keys, const DaemonConfig& config, Metrics* metrics);
+
+  // Entries this daemon holds (read and not yet finished): their leases are renewed.
+  void Hold(const std::string& stream, const std::string& entry) { held_[entry] = stream; }
+  void Drop(const std::string& entry) { held_.erase(entry); }
+  bool Holds(const std::string& entry) const { return held_.count(entry) > 0; }
+  size_t held() const { return held_.size(); }
+
+  // The CLAIM script. `done` runs with kUnknown when the reply was lost (whether the claim
+  // happened is unknown: the entry is left pending for the own-pending scan, which claims it
+  // again as the same attempt). Returns false when it could not be sent.
+  bool Claim(const std::string& job_id, const std::string& stream, const std::string& entry, uint32_t max_attempts,
+             std::function<void(Verdict, uint32_t attempt)> done);
+  // Stores `result` (FINISH), now or as soon as Redis can take it. seq: the exited event's.
+  void Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq);
+  // An entry that cannot run: its error result (REJECT), and the raw entry to the dead-letter
+  // stream when `dead_letter`.
+  void Reject(const std::string& job_id, const std::string& stream, const std::string& entry, ErrorCode code,
+              std::string message, const std::map<std::string, std::string>& fields, bool dead_letter);
+  // Acks and deletes an entry that needs no result (a duplicate, one that has a result).
+  void Ack(const std::string& stream, const std::string& entry);
+  // Moves an entry to its template's forward queue (FORWARD); the lease goes with it.
+  void Forward(const std::string& stream, const std::string& entry, const std::string& to);
+  // At-most-once live event (PROTOCOL.md section 6).
+  void Publish(const std::string& job_id, std::string event);
+  // A cancel was heard for a job not running here: store its cancelled result if it is queued.
+  void CancelQueued(const std::string& job_id);
+  // Which of `job_ids` have their cancel flag set (so cancels never depend on pub/sub).
+  void CheckCancels(const std::vector<std::string>& job_ids, std::function<void(const std::string&)> cancelled);
+  // Renews the leases of every held entry; `lost` gets the entries another daemon took over.
+  void RefreshLeases(std::function<void(const std::string& entry)> lost);
+  // Results waiting for Redis go out (on reconnect and every heartbeat).
+  void FlushPending();
+  size_t pending_results() const { return pending_.size(); }
+
+ private:
+  struct PendingFinish {
+    std::string job_id, stream, entry, attempt, result, event;
+  };
+  void SendFinish(PendingFinish f);
+
+  RedisAsync* cmd_;
+  const Keys& keys_;
+  const DaemonConfig& config_;
+  Metrics* metrics_;
+  std::map<std::string, std::string> held_;  // entry -> its stream
+  std::set<std::string> unsure_claims_;       // claims sent whose reply was lost
+  std::deque<PendingFinish> pending_;
+};
+
+}  // namespace sandpool

@@ -1,0 +1,91 @@
+// The warm pools: every slot of every template, their keepers (started through the spawner and
+// started again when they die), and how many slots each template has. Sizing follows demand
+// (docs/ARCHITECTURE.md, "Templates and warm pools"): each heartbeat a pool is sized to its
+// arrival rate times its run time (Little's law), plus what waits for it, plus one spare,
+// within [workers, max-workers] and the host budget (--max-sandboxes, --memory-budget).
+//
+// Ownership: the Daemon owns Pools, Pools own the Slots; callbacks (SlotHooks) run on the loop.
+#pragma once
+
+#include <event2/event.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "metrics/metrics.h"
+#include "scheduler/config.h"
+#include "scheduler/loop_channel.h"
+#include "scheduler/slot.h"
+
+namespace sandpool {
+
+class Pools {
+ public:
+  Pools(struct event_base* base, const DaemonConfig& config, Metrics* metrics);
+  Pools(const Pools&) = delete;
+  Pools& operator=(const Pools&) = delete;
+
+  // Talks to the spawner over `spawner` and starts each template's minimum of slots. `hooks` are
+  // given to every slot; on_keeper_lost is Pools' own (a keeper is started again after a pause).
+  // `on_spawner_lost` runs once if the spawner goes away (no sandbox can ever be made again).
+  Status Start(UniqueFd spawner, SlotHooks hooks, std::function<void(const Status&)> on_spawner_lost);
+  // No keeper is started again once draining.
+  void SetDraining() { draining_ = true; }
+
+  size_t templates() const { return config_.templates.size(); }
+  // A slot of template `t` whose sandbox is ready for a job, or nullptr.
+  Slot* ReadySlot(uint32_t t);
+  size_t ReadyCount(uint32_t t) const;
+  size_t ReadyCount() const;
+  size_t BusyCount() const;
+  size_t BusyCount(uint32_t t) const;
+  size_t SlotCount() const;  // active slots
+  uint32_t PoolSize(uint32_t t) const;
+  // Whether a job is held by any slot (running, or reserved while its claim is in flight).
+  bool AnyBusy() const;
+  // Adds a slot to template `t`'s pool if its maximum and the host budget allow.
+  bool Grow(uint32_t t, const char* why);
+
+  // Demand, for sizing and the pool metrics: a job for `t` arrived and found a ready slot
+  // (NoteHit) or none (NoteMiss, which also grows the pool if it may); a job that missed got a
+  // slot after waiting `seconds` (NoteWaited); a job of `t` ran for `seconds` (NoteRun).
+  void NoteHit(uint32_t t);
+  void NoteMiss(uint32_t t);
+  void NoteWaited(uint32_t t, double seconds);
+  void NoteRun(uint32_t t, double seconds);
+  // Once per heartbeat. `waiting[t]`: jobs of `t` waiting for a slot here.
+  void Resize(const std::vector<size_t>& waiting);
+  void UpdateGauges();
+
+  std::vector<std::unique_ptr<Slot>>& slots() { return slots_; }
+  // Closes every keeper's channel (they exit, and their sandboxes with them).
+  void ShutdownAll();
+
+ private:
+  struct Demand {  // EWMA over roughly the last 10 s
+    double arrivals_per_s = 0;
+    double run_s = 0.05;
+    uint64_t arrivals_since_tick = 0;
+    int64_t last_change_us = 0;
+  };
+
+  void SpawnKeeper(uint32_t slot);
+  void OnSpawnerFrame(Frame& f);
+  void OnKeeperLost(Slot& s);
+
+  struct event_base* base_;
+  const DaemonConfig& config_;
+  Metrics* metrics_;
+  SlotHooks hooks_;
+  LoopChannel spawner_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<Demand> demand_;
+  std::vector<size_t> pool_metrics_;  // per template: its index in metrics_
+  std::map<uint32_t, int> respawn_backoff_ms_;
+  uint64_t memory_budget_ = 0;
+  bool draining_ = false;
+};
+
+}  // namespace sandpool

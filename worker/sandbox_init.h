@@ -1,0 +1,48 @@
+// Code that runs INSIDE a sandbox, after clone: its init (pid 1) and its stub (which becomes the
+// job). The keeper's side is sandbox.h. Rules for every function declared here:
+//  - init is a clone (its own copy of memory) of the single-threaded keeper, or of a nursery
+//    mother's interpreter (nursery.h). It may allocate. It holds fds 3-8 (sandbox.h says which),
+//    never writes to the host's stdio, and reports failures on its status pipe (InitFail), never
+//    to a log: the stderr it inherited is not the host's, and from the stub on it is the job's.
+//  - the stub is cloned CLONE_VM | CLONE_VFORK from init, on a stack of its own: it shares init's
+//    memory until its execve, and init stays suspended meanwhile. So the stub does not allocate
+//    (the heap is init's), returns into none of init's frames, and calls only raw system calls
+//    and functions marked async-signal-safe (stub_protocol.h; LoadSeccompProgram). Everything it
+//    needs is prepared by init before the clone (StubPlan) or read into memory it maps itself.
+//    A failure is reported on its socket, fd 3 ("E<errno> <stage>"), then it exits.
+//  - in a sanitizer build with AddressSanitizer (which cannot follow a switch to another stack)
+//    the stub is forked instead; everything else is the same.
+#pragma once
+
+#include <sys/types.h>
+
+#include "worker/sandbox_config.h"
+
+namespace sandpool {
+
+struct SeccompProgram;
+
+// init's whole life, in a sandbox the keeper cloned (PrepareSandbox): set-up, then the stub,
+// then InitServe. `nursery_lib` >= 0: the stub becomes the template's nursery mother.
+[[noreturn]] void InitMain(const SandboxConfig& config, const SeccompProgram* seccomp, int nursery_lib);
+
+// The parts a nursery's sandboxes share with the keeper's (nursery.cc).
+// InitSetUp: waits for the keeper's go, becomes sandbox root, enters its cgroup namespace, sets
+// the hostname and mounts the sandbox's filesystems; on failure reports and exits.
+void InitSetUp(const SandboxConfig& config);
+// InitServe: drops the job's fds, reaps until `stub` ends, kills and reaps the rest of the pid
+// namespace, reports the stub's wait status, exits (which ends the namespace).
+[[noreturn]] void InitServe(const SandboxConfig& config, pid_t stub);
+// The stub's confinement (fds 0-2 the job's stdio, 3 its socket): new session, no capabilities,
+// uid 1000, no_new_privs, rlimits, default signal dispositions, then the seccomp filter. A
+// failure is reported on fd 3 and exits. Async-signal-safe.
+void StubPrologue(const SandboxConfig& config, const SeccompProgram* seccomp);
+// Reports "F<what>" on init's status pipe (fd 4) and exits.
+[[noreturn]] void InitFail(const std::string& what);
+// Moves `fds` to 3, 4, ... in order and closes every other fd above 2. 0 or an errno.
+// Async-signal-safe.
+int ArrangeFds(const int* fds, int n);
+// Every signal to its default disposition, nothing blocked. 0 or an errno. Async-signal-safe.
+int ResetSignals();
+
+}  // namespace sandpool
