@@ -487,7 +487,7 @@ export class Client {
     await this.conns.call(`cancel of ${id}`, async (r) => {
       const res = await r
         .multi()
-        .hset(key, "cancel", "1")
+        .hset(key, "cancel", "1", "cancel_ms", String(Date.now()))
         .expire(key, CANCEL_TTL_SECONDS)
         .publish(this.keys.cancel, id)
         .exec();

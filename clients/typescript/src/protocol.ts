@@ -22,7 +22,11 @@ import { Decoder, Encoder } from "@msgpack/msgpack";
 
 import { InvalidArgumentError, JobDecodeError, ProtocolError } from "./errors.js";
 
+/** The version this client writes in a job map (a v2 daemon accepts 1 and 2 for the same map). */
 export const PROTOCOL_VERSION = 1;
+
+/** Versions a daemon accepts in a job map (PROTOCOL.md section 3: `1` or `2`, the same map). */
+export const JOB_MAP_VERSIONS: readonly number[] = Object.freeze([1, 2]);
 
 /** Event types of PROTOCOL.md section 6. */
 export const EVENT_TYPES = ["started", "stdout", "stderr", "exited"] as const;
@@ -637,6 +641,8 @@ export function decodeEvent(data: Uint8Array): JobEvent | UnknownEvent {
 // ------------------------------------------------------------------------------------------
 
 const MIB = 1 << 20;
+/** The kernel's limit for one argument or one `NAME=value` string (section 3), without its NUL. */
+const MAX_ARG_BYTES = 131071;
 
 const strictDecoder = new Decoder({
   mapKeyConverter: (key: unknown) => (typeof key === "string" ? key : ODD_KEY),
@@ -685,7 +691,9 @@ export function decodeJob(data: Uint8Array): Job & { id: string } {
   const m = obj;
   const v = get(m, "v");
   if (v === undefined) throw new JobDecodeError("bad_version", "no 'v'");
-  if (v !== PROTOCOL_VERSION) throw new JobDecodeError("bad_version", `unsupported version ${describe(v)}`);
+  if (typeof v !== "number" || !JOB_MAP_VERSIONS.includes(v)) {
+    throw new JobDecodeError("bad_version", `unsupported version ${describe(v)}`);
+  }
   const bad = (msg: string): never => {
     throw new JobDecodeError("bad_field", msg);
   };
@@ -727,7 +735,9 @@ export function decodeJob(data: Uint8Array): Job & { id: string } {
     for (const a of argv) {
       if (typeof a !== "string") return bad("argv: an element is not a string");
       if (a.includes("\0")) bad("argv: an element contains NUL");
-      total += utf8Length(a);
+      const n = utf8Length(a);
+      if (n > MAX_ARG_BYTES) tooLarge(`argv: an element of ${n} bytes (at most ${MAX_ARG_BYTES})`);
+      total += n;
     }
     if (total > MIB) tooLarge("argv: over 1 MiB");
     job.argv = argv;
@@ -759,7 +769,9 @@ export function decodeJob(data: Uint8Array): Job & { id: string } {
       if (k === ODD_KEY || !ENV_NAME_RE.test(k)) bad(`env: invalid name ${describe(k)}`);
       if (typeof val !== "string") return bad(`env: value of ${k} is not a string`);
       if (val.includes("\0")) bad(`env: value of ${k} contains NUL`);
-      total += utf8Length(k) + utf8Length(val);
+      const n = utf8Length(k) + utf8Length(val);
+      if (n + 1 > MAX_ARG_BYTES) tooLarge(`env: ${k}=... is ${n + 1} bytes (at most ${MAX_ARG_BYTES})`);
+      total += n;
     }
     if (total > 256 * 1024) tooLarge("env: over 256 KiB");
     job.env = env;
@@ -789,11 +801,17 @@ export function decodeJob(data: Uint8Array): Job & { id: string } {
     if (retries > 5) bad("retries: over 5");
     job.retries = retries;
   }
-  const memoryBytes = uint("memory_bytes");
+  // Limits are clamped by the daemon, but 0 is no limit a sandbox can run under (section 3).
+  const positive = (key: string): number | undefined => {
+    const x = uint(key);
+    if (x === 0) bad(`${key}: 0`);
+    return x;
+  };
+  const memoryBytes = positive("memory_bytes");
   if (memoryBytes !== undefined) job.memoryBytes = memoryBytes;
-  const pids = uint("pids");
+  const pids = positive("pids");
   if (pids !== undefined) job.pids = pids;
-  const cpuTimeMs = uint("cpu_time_ms");
+  const cpuTimeMs = positive("cpu_time_ms");
   if (cpuTimeMs !== undefined) job.cpuTimeMs = cpuTimeMs;
   if (get(m, "queue") !== undefined) str("queue");
   return job as unknown as Job & { id: string };

@@ -392,7 +392,11 @@ describe("cancel", () => {
   test("cancel() of a running job", async () => {
     const id = await client.submit({ shell: "echo started; sleep 30" });
     await waitFor(async () => (await client.status(id)).state === "running", WAIT, "state running");
+    const before = Date.now();
     await client.cancel(id);
+    // PROTOCOL.md section 7: the cancel block also writes cancel_ms (version 2).
+    const cancelMs = Number((await client.status(id)).fields.cancel_ms);
+    assert.ok(cancelMs >= before && cancelMs <= Date.now(), `cancel_ms ${cancelMs}`);
     const r = await client.result(id, { wait: true, timeoutMs: WAIT });
     assert.equal(r?.outcome, "cancelled");
     assert.equal(r.error?.code, "cancelled");
@@ -444,8 +448,6 @@ describe("cancel", () => {
       assert.equal(s.hasResult, false);
       await client.cancel(stream.id);
       assert.ok((await client.status(stream.id)).cancelRequested);
-      // sandpoold stores the cancelled result of a queued job only once a slot is free (see the
-      // next test): free the slots.
       await freeSlots(sleepers);
       await done;
       const r = await client.result(stream.id);
@@ -458,29 +460,22 @@ describe("cancel", () => {
     }
   });
 
-  test(
-    "a cancelled queued job gets its result while every slot is still busy",
-    {
-      // A known daemon behaviour (README, "Known daemon behaviour"); the check runs and fails
-      // with SANDPOOL_TEST_KNOWN_ISSUES=1.
-      skip:
-        process.env.SANDPOOL_TEST_KNOWN_ISSUES === "1"
-          ? false
-          : "known: sandpoold stores it only once a slot frees up (SANDPOOL_TEST_KNOWN_ISSUES=1 runs it)",
-    },
-    async () => {
-      const sleepers = await fillSlots();
-      try {
-        const id = await client.submit({ shell: "echo should-not-run" });
-        await sleep(500);
-        await client.cancel(id);
-        const r = await client.result(id, { wait: true, timeoutMs: 3000 });
-        assert.equal(r?.outcome, "cancelled", "no result 3 s after cancelling a queued job");
-      } finally {
-        await freeSlots(sleepers);
-      }
-    },
-  );
+  // PROTOCOL.md section 7: the cancelled result of a queued job "is stored as soon as any daemon
+  // hears the message", attempt 0 (sandpoold builds before that rule failed this test).
+  test("a cancelled queued job gets its result while every slot is still busy", async () => {
+    const sleepers = await fillSlots();
+    try {
+      const id = await client.submit({ shell: "echo should-not-run" });
+      await sleep(500);
+      await client.cancel(id);
+      const r = await client.result(id, { wait: true, timeoutMs: 3000 });
+      assert.equal(r?.outcome, "cancelled", "no result 3 s after cancelling a queued job");
+      assert.equal(r.attempt, 0);
+      assert.equal(r.error?.code, "cancelled");
+    } finally {
+      await freeSlots(sleepers);
+    }
+  });
 
   test("cancel() of a finished job changes nothing", async () => {
     const r = await client.run({ shell: "echo fin" });

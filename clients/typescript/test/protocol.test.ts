@@ -241,6 +241,17 @@ describe("job map", () => {
 });
 
 describe("decodeJob checks like a daemon", () => {
+  test("v 2 is the same job map as v 1 (PROTOCOL.md section 3)", () => {
+    assert.deepEqual(decodeJob(pack({ v: 2, id: "x", shell: "true" })), { id: "x", shell: "true" });
+  });
+
+  test("the largest single argument and NAME=value pass", () => {
+    const argv = ["echo", "a".repeat(131071)];
+    assert.deepEqual(decodeJob(pack({ v: 1, id: "x", argv })).argv, argv);
+    const env = { AB: "v".repeat(131068) }; // "AB=" + value: 131071 bytes
+    assert.deepEqual(decodeJob(pack({ v: 1, id: "x", shell: "true", env })).env, env);
+  });
+
   const cases: [string, unknown, string][] = [
     ["no v", { id: "x", shell: "true" }, "bad_version"],
     ["v 0", { v: 0, id: "x", shell: "true" }, "bad_version"],
@@ -263,6 +274,12 @@ describe("decodeJob checks like a daemon", () => {
     ["argv 4097", { v: 1, id: "x", argv: Array(4097).fill("true") }, "too_large"],
     ["shell 1 MiB + 1", { v: 1, id: "x", shell: "#".repeat((1 << 20) + 1) }, "too_large"],
     ["stdin 16 MiB + 1", { v: 1, id: "x", shell: "true", stdin: Buffer.alloc((16 << 20) + 1) }, "too_large"],
+    ["v 3", { v: 3, id: "x", shell: "true" }, "bad_version"],
+    ["memory_bytes 0", { v: 1, id: "x", shell: "true", memory_bytes: 0 }, "bad_field"],
+    ["pids 0", { v: 1, id: "x", shell: "true", pids: 0 }, "bad_field"],
+    ["cpu_time_ms 0", { v: 1, id: "x", shell: "true", cpu_time_ms: 0 }, "bad_field"],
+    ["one argument of 131072 bytes", { v: 1, id: "x", argv: ["echo", "a".repeat(131072)] }, "too_large"],
+    ["one NAME=value of 131072 bytes", { v: 1, id: "x", shell: "true", env: { AB: "v".repeat(131069) } }, "too_large"],
   ];
   for (const [name, m, code] of cases) {
     test(`${name} is ${code}`, () => {
