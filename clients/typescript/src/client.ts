@@ -12,17 +12,34 @@ import type { ChainableCommander } from "ioredis";
 
 import { Connections, isConnectionError, type ExtraRedisOptions } from "./connection.js";
 import { ClientClosedError, InvalidArgumentError, SandpoolError, WaitTimeoutError } from "./errors.js";
-import { Follower } from "./follower.js";
+import { Follower, ResultWaiter, type Pollable } from "./follower.js";
 import { Keys } from "./keys.js";
 import {
   buildJobMap,
   checkJobId,
+  checkTemplateName,
   decodeResult,
   encodeJob,
   type Job,
   type JobEvent,
   type Result,
 } from "./protocol.js";
+import { ProcessHub } from "./process.js";
+import {
+  checkSessionId,
+  Session,
+  type CreateSessionOptions,
+  type FollowOptions,
+  type OperationEventStream,
+  type SessionBackend,
+} from "./session.js";
+import {
+  decodeSessionRecord,
+  decodeSnapshotRecord,
+  type SessionRecord,
+  type SessionState,
+  type SnapshotRecord,
+} from "./session_protocol.js";
 import { DEFAULT_URL, parseRedisUrl, type RedisAddress } from "./url.js";
 
 /** Environment variable holding the Redis URL when none is given. */
@@ -54,6 +71,11 @@ export interface ClientOptions {
    * fails with `RedisUnavailableError`. Default 30000 ms.
    */
   retryWindowMs?: number | undefined;
+  /**
+   * How long a session operation (other than `exec`/`code`, which wait for their command) may
+   * take before it rejects with `WaitTimeoutError`. Default 120000 ms.
+   */
+  opTimeoutMs?: number | undefined;
   /** Name of the client's connections in CLIENT LIST (`<name>:cmd`, `<name>:sub`). Default `sandpool-ts`. */
   connectionName?: string | undefined;
   /**
@@ -179,8 +201,11 @@ export class Client {
   readonly keys: Keys;
   readonly pollIntervalMs: number;
   readonly retryWindowMs: number;
+  readonly opTimeoutMs: number;
   private readonly conns: Connections;
-  private readonly followers = new Set<Follower>();
+  private hub: ProcessHub | null = null;
+  private backendCache: SessionBackend | null = null;
+  private readonly followers = new Set<Pollable>();
   private pollTimer: NodeJS.Timeout | null = null;
   private polling = false;
   private closed = false;
@@ -193,6 +218,7 @@ export class Client {
     this.queue = checkName("queue", opts.queue ?? "default");
     this.pollIntervalMs = checkPositive("pollIntervalMs", opts.pollIntervalMs ?? 1000);
     this.retryWindowMs = checkPositive("retryWindowMs", opts.retryWindowMs ?? 30000);
+    this.opTimeoutMs = checkPositive("opTimeoutMs", opts.opTimeoutMs ?? 120000);
     this.keys = new Keys(this.prefix);
     this.conns = new Connections(this.address, {
       retryWindowMs: this.retryWindowMs,
@@ -217,6 +243,7 @@ export class Client {
     if (this.pollTimer) clearInterval(this.pollTimer);
     this.pollTimer = null;
     for (const f of [...this.followers]) f.fail(new ClientClosedError());
+    this.hub?.clear();
     await this.conns.close();
   }
 
@@ -328,10 +355,19 @@ export class Client {
       return new JobEventStream(id, this.follow(id, null, options));
     }
     const [id, payload] = this.encode(jobOrId);
-    return new JobEventStream(id, this.follow(id, payload, options));
+    return new JobEventStream(id, this.follow(id, () => this.xadd(id, payload), options));
   }
 
-  private async *follow(id: string, payload: Buffer | null, options: EventsOptions): AsyncGenerator<JobEvent> {
+  /**
+   * Follow the job events of `id` (a job, or a session's `exec`/`code` operation). With `submit`,
+   * the id is new: `submit` sends it once the channel is subscribed, and the events are followed
+   * from the start; without, an existing id is joined.
+   */
+  private async *follow(
+    id: string,
+    submit: (() => Promise<void>) | null,
+    options: EventsOptions,
+  ): AsyncGenerator<JobEvent> {
     this.checkOpen();
     const started = Date.now();
     const { signal, waitTimeoutMs } = options;
@@ -347,7 +383,7 @@ export class Client {
       this.followers.delete(follower);
       sub.remove(channel, follower);
     };
-    const follower: Follower = new Follower(id, payload !== null, cleanup);
+    const follower: Follower = new Follower(id, submit !== null, cleanup);
     const failure = follower.failure;
     if (waitTimeoutMs !== undefined) {
       timer = setTimeout(() => follower.fail(new WaitTimeoutError(id, Date.now() - started)), waitTimeoutMs);
@@ -355,9 +391,9 @@ export class Client {
     }
     const setup = async (): Promise<void> => {
       await sub.add(channel, follower);
-      if (payload !== null) {
+      if (submit !== null) {
         if (signal?.aborted) await this.cancel(id);
-        await this.xadd(id, payload);
+        await submit();
       } else {
         const stored = await this.getResult(id);
         if (stored !== null) follower.onStoredResult(stored);
@@ -371,7 +407,7 @@ export class Client {
       await Promise.race([p, failure]);
     };
     try {
-      if (signal?.aborted && payload === null) await unlessFailed(this.cancel(id));
+      if (signal?.aborted && submit === null) await unlessFailed(this.cancel(id));
       signal?.addEventListener("abort", onAbort, { once: true });
       await unlessFailed(setup());
       if (!follower.done) {
@@ -448,21 +484,14 @@ export class Client {
         for (const id of ids) p.getBuffer(this.keys.result(id));
         return replies(await p.exec(), "GET");
       });
-      const byId = new Map<string, Result | Error>();
+      const byId = new Map<string, Buffer>();
       ids.forEach((id, i) => {
         const raw = raws[i];
-        if (raw instanceof Buffer) {
-          try {
-            byId.set(id, decodeResult(raw));
-          } catch (e) {
-            byId.set(id, e as Error);
-          }
-        }
+        if (raw instanceof Buffer) byId.set(id, raw);
       });
       for (const f of due) {
-        const r = byId.get(f.jobId);
-        if (r instanceof Error) f.fail(r);
-        else if (r !== undefined) f.onStoredResult(r);
+        const raw = byId.get(f.jobId);
+        if (raw !== undefined) f.onStoredRaw(raw);
       }
     } catch (e) {
       // Redis unreachable for the whole retry window, or the client closed: report it.
@@ -472,10 +501,167 @@ export class Client {
     }
   }
 
+  /**
+   * Wait for the single result stored under `id` (a session operation): subscribe to its channel,
+   * `submit` it, then resolve from its `exited` event or, when that is lost or late, from the
+   * result key. Aborting `signal` cancels `id` (section 7); `waitTimeoutMs` rejects with
+   * `WaitTimeoutError` (the operation goes on).
+   */
+  private async awaitResult<T>(
+    id: string,
+    submit: () => Promise<void>,
+    decodeEvent: (data: Buffer) => T | null,
+    decodeStored: (raw: Buffer) => T,
+    options: FollowOptions,
+  ): Promise<T> {
+    this.checkOpen();
+    const { signal, waitTimeoutMs } = options;
+    if (waitTimeoutMs !== undefined) checkPositive("waitTimeoutMs", waitTimeoutMs);
+    const channel = this.keys.out(id);
+    const sub = this.conns.subscriber;
+    const started = Date.now();
+    let timer: NodeJS.Timeout | undefined;
+    const onAbort = (): void => {
+      this.cancel(id).catch((e: unknown) => waiter.fail(e));
+    };
+    const cleanup = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      this.followers.delete(waiter);
+      sub.remove(channel, waiter);
+    };
+    const waiter: ResultWaiter<T> = new ResultWaiter<T>(id, decodeEvent, decodeStored, cleanup);
+    if (waitTimeoutMs !== undefined) {
+      timer = setTimeout(() => waiter.fail(new WaitTimeoutError(id, Date.now() - started)), waitTimeoutMs);
+      timer.unref();
+    }
+    this.followers.add(waiter);
+    try {
+      const setup = (async () => {
+        await sub.add(channel, waiter);
+        if (signal?.aborted) await this.cancel(id);
+        await submit();
+      })();
+      setup.catch(() => undefined);
+      await Promise.race([setup, waiter.promise]);
+      if (!waiter.done) {
+        waiter.lastHeard = waiter.lastPoll = Date.now();
+        waiter.pollable = true;
+        this.ensurePoller();
+        signal?.addEventListener("abort", onAbort, { once: true });
+      }
+      return await waiter.promise;
+    } catch (e) {
+      waiter.fail(e);
+      throw e;
+    } finally {
+      if (!waiter.done) waiter.fail(new SandpoolError("stopped waiting"));
+      cleanup();
+    }
+  }
+
+  // -- sessions (PROTOCOL.md sections 12-19) -----------------------------------------------
+
+  /** What sessions use of this client. */
+  private get backend(): SessionBackend {
+    if (this.backendCache !== null) return this.backendCache;
+    const hub = (this.hub ??= new ProcessHub(() => this.conns.subscriber, this.keys));
+    this.backendCache = {
+      conns: this.conns,
+      keys: this.keys,
+      queue: this.queue,
+      opTimeoutMs: this.opTimeoutMs,
+      processes: hub,
+      checkOpen: () => this.checkOpen(),
+      events: (id, submit, options): OperationEventStream => new JobEventStream(id, this.follow(id, submit, options)),
+      awaitResult: (id, submit, decodeEvent, decodeStored, options) =>
+        this.awaitResult(id, submit, decodeEvent, decodeStored, options),
+    };
+    return this.backendCache;
+  }
+
+  /**
+   * The session `id` (1..128 characters of `[A-Za-z0-9._:-]`). No I/O: create it, connect to it
+   * or use it with the returned {@link Session}, which shares this client's connections.
+   */
+  session(id: string): Session {
+    this.checkOpen();
+    return new Session(this.backend, id);
+  }
+
+  /** Create the session `id`, or connect to it if it exists (and resume it if stopped). */
+  async createSession(id: string, options: CreateSessionOptions = {}): Promise<Session> {
+    const s = this.session(id);
+    await s.create(options);
+    return s;
+  }
+
+  /**
+   * The records of the sessions (PROTOCOL.md section 14): `SMEMBERS sandpool:sessions`, then one
+   * pipeline of `HGETALL`, filtered here by `state` (one or several) and `labels` (every label
+   * given must be there with that value). Ids whose record is gone meanwhile are left out.
+   */
+  async listSessions(filter: { state?: SessionState | readonly SessionState[]; labels?: Readonly<Record<string, string>> } = {}): Promise<SessionRecord[]> {
+    this.checkOpen();
+    const states = filter.state === undefined ? null : new Set<string>(typeof filter.state === "string" ? [filter.state] : filter.state);
+    const labels = Object.entries(filter.labels ?? {});
+    const ids = (await this.conns.call("SMEMBERS sessions", (r) => r.smembers(this.keys.sessions))).filter((id) => id !== "");
+    if (ids.length === 0) return [];
+    const hashes = await this.conns.call(`HGETALL of ${ids.length} sessions`, async (r) => {
+      const p = r.pipeline();
+      for (const id of ids) p.hgetallBuffer(this.keys.session(id));
+      return replies(await p.exec(), "HGETALL");
+    });
+    const out: SessionRecord[] = [];
+    ids.forEach((id, i) => {
+      const rec = decodeSessionRecord(id, (hashes[i] ?? {}) as Record<string, Buffer>);
+      if (rec === null) return;
+      if (states !== null && !states.has(rec.state)) return;
+      if (labels.some(([k, v]) => rec.labels[k] !== v)) return;
+      out.push(rec);
+    });
+    out.sort((a, b) => a.createdMs - b.createdMs || (a.id < b.id ? -1 : 1));
+    return out;
+  }
+
+  /** The snapshot templates (PROTOCOL.md section 18): `SMEMBERS sandpool:snapshots`, then their records. */
+  async listSnapshots(): Promise<SnapshotRecord[]> {
+    this.checkOpen();
+    const names = await this.conns.call("SMEMBERS snapshots", (r) => r.smembers(this.keys.snapshots));
+    if (names.length === 0) return [];
+    const hashes = await this.conns.call(`HGETALL of ${names.length} snapshots`, async (r) => {
+      const p = r.pipeline();
+      for (const n of names) p.hgetallBuffer(this.keys.snapshot(n));
+      return replies(await p.exec(), "HGETALL");
+    });
+    const out: SnapshotRecord[] = [];
+    names.forEach((n, i) => {
+      const rec = decodeSnapshotRecord(n, (hashes[i] ?? {}) as Record<string, Buffer>);
+      if (rec !== null) out.push(rec);
+    });
+    return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  /**
+   * Delete a snapshot template (`snapshot_delete`, PROTOCOL.md section 18), sent to the queue's
+   * request stream `sandpool:sreq:<queue>` with an empty session id.
+   */
+  async deleteSnapshot(name: string, options: { waitTimeoutMs?: number } = {}): Promise<void> {
+    this.checkOpen();
+    const anyName = "snapshot-delete";
+    await new Session(this.backend, anyName).send(
+      "snapshot_delete",
+      { name: checkTemplateName("snapshot", name) },
+      { stream: this.keys.sessionRequests(this.queue), session: "", waitTimeoutMs: options.waitTimeoutMs },
+    );
+  }
+
   // -- control -----------------------------------------------------------------------------
 
   /**
-   * Ask the daemons to cancel a job (PROTOCOL.md section 7, exactly its MULTI block).
+   * Ask the daemons to cancel a job (PROTOCOL.md section 7, exactly its MULTI block, with the
+   * optional `cancel_ms`: a daemon that later finds the id's old result expired then knows this
+   * cancel was not meant for a new job under the same id).
    *
    * A queued job (or one not submitted yet) will never start; a running job is killed and keeps
    * its output so far; a finished job is unaffected. The outcome shows in the result.
@@ -522,4 +708,4 @@ export class Client {
   }
 }
 
-export { isConnectionError };
+export { isConnectionError, checkSessionId };

@@ -9,7 +9,9 @@
  * is idempotent (PROTOCOL.md: a job id runs once however often it is submitted; cancel and the
  * reads are idempotent by nature).
  *
- * A future `Session` class (the sessions API) is meant to share these connections too.
+ * Sessions (`session.ts`) share these connections: an operation subscribes its own channel on
+ * the subscriber connection, and a session's background processes are followed with one pattern
+ * subscription per session.
  */
 
 import { Redis, type RedisOptions } from "ioredis";
@@ -25,6 +27,14 @@ export interface ChannelListener {
    * The subscriber connection was lost while this listener was subscribed: messages published
    * meanwhile are lost (pub/sub is at-most-once). The channel is resubscribed after reconnecting.
    */
+  onConnectionLost(): void;
+}
+
+/** A party interested in every channel matching a pattern (PSUBSCRIBE). */
+export interface PatternListener {
+  /** A message arrived on `channel`, which matches the pattern. */
+  onPatternMessage(channel: string, data: Buffer): void;
+  /** As {@link ChannelListener.onConnectionLost}. */
   onConnectionLost(): void;
 }
 
@@ -228,8 +238,9 @@ export class Subscriber {
   readonly redis: Redis;
   private readonly conns: Connections;
   private readonly channels = new Map<string, Set<ChannelListener>>();
+  private readonly patterns = new Map<string, Set<PatternListener>>();
   /** Listeners whose subscription was confirmed on the current connection. */
-  private readonly confirmed = new Set<ChannelListener>();
+  private readonly confirmed = new Set<ChannelListener | PatternListener>();
   private isClosing = false;
 
   constructor(redis: Redis, conns: Connections) {
@@ -240,6 +251,12 @@ export class Subscriber {
       if (listeners === undefined) return;
       for (const l of [...listeners]) l.onMessage(message);
     });
+    redis.on("pmessageBuffer", (pattern: Buffer, channel: Buffer, message: Buffer) => {
+      const listeners = this.patterns.get(pattern.toString("utf8"));
+      if (listeners === undefined) return;
+      const name = channel.toString("utf8");
+      for (const l of [...listeners]) l.onPatternMessage(name, message);
+    });
     redis.on("close", () => {
       if (this.isClosing) return;
       const lost = [...this.confirmed];
@@ -248,9 +265,9 @@ export class Subscriber {
     });
   }
 
-  /** Number of channels subscribed (or being subscribed). */
+  /** Number of channels and patterns subscribed (or being subscribed). */
   get size(): number {
-    return this.channels.size;
+    return this.channels.size + this.patterns.size;
   }
 
   closing(): void {
@@ -278,6 +295,38 @@ export class Subscriber {
       throw e;
     }
     if (set.has(listener)) this.confirmed.add(listener);
+  }
+
+  /**
+   * Register `listener` on every channel matching the glob `pattern` (PSUBSCRIBE) and resolve once
+   * Redis has confirmed it, as {@link add} does for one channel.
+   */
+  async addPattern(pattern: string, listener: PatternListener): Promise<void> {
+    let set = this.patterns.get(pattern);
+    if (set === undefined) {
+      set = new Set();
+      this.patterns.set(pattern, set);
+    }
+    set.add(listener);
+    try {
+      await this.conns.retry(`PSUBSCRIBE ${pattern}`, () => this.redis.psubscribe(pattern));
+    } catch (e) {
+      this.removePattern(pattern, listener);
+      throw e;
+    }
+    if (set.has(listener)) this.confirmed.add(listener);
+  }
+
+  /** Unregister a pattern listener; the pattern is unsubscribed when it has no listener left. */
+  removePattern(pattern: string, listener: PatternListener): void {
+    this.confirmed.delete(listener);
+    const set = this.patterns.get(pattern);
+    if (set === undefined || !set.delete(listener)) return;
+    if (set.size > 0) return;
+    this.patterns.delete(pattern);
+    if (!this.isClosing && !this.conns.isClosed) {
+      this.redis.punsubscribe(pattern).catch(() => undefined);
+    }
   }
 
   /** Unregister `listener`; the channel is unsubscribed when it has no listener left. */

@@ -15,6 +15,7 @@
 import type { ChannelListener } from "./connection.js";
 import {
   decodeEvent,
+  decodeResult,
   ExitedEvent,
   type JobEvent,
   OutputEvent,
@@ -70,7 +71,26 @@ class EventQueue<T> {
   }
 }
 
-export class Follower implements ChannelListener {
+/**
+ * Something waiting for the durable result key of one id (a job or an operation): the client's
+ * poller reads `sandpool:result:<jobId>` for it when it lost live events or was quiet for a while.
+ */
+export interface Pollable {
+  readonly jobId: string;
+  /** Live events were lost: poll at once. */
+  lost: boolean;
+  lastHeard: number;
+  lastPoll: number;
+  done: boolean;
+  /** Subscribed (and submitted): the result key may be polled. */
+  pollable: boolean;
+  /** The result key holds `raw`. */
+  onStoredRaw(raw: Buffer): void;
+  /** Waiting failed (timeout, Redis unreachable, client closed). */
+  fail(e: unknown): void;
+}
+
+export class Follower implements ChannelListener, Pollable {
   readonly jobId: string;
   /** Next expected seq; `null` until the first event when joining a job midway. */
   private expected: number | null;
@@ -137,6 +157,17 @@ export class Follower implements ChannelListener {
 
   // -- from the client ---------------------------------------------------------------------
 
+  onStoredRaw(raw: Buffer): void {
+    let result: Result;
+    try {
+      result = decodeResult(raw);
+    } catch (e) {
+      this.fail(e);
+      return;
+    }
+    this.onStoredResult(result);
+  }
+
   /** The result key was read and holds the result: finish (live events may still be in flight). */
   onStoredResult(result: Result): void {
     if (!this.done) this.finish(result, null);
@@ -187,6 +218,84 @@ export class Follower implements ChannelListener {
     }
     this.queue.push(new ExitedEvent(seq, result));
     this.queue.end();
+    this.onDone();
+  }
+}
+
+/**
+ * Waiting for the single result of an operation whose channel carries only its `exited` event
+ * (PROTOCOL.md section 16): the result comes from that event, or from the result key when the
+ * event was lost or is late.
+ */
+export class ResultWaiter<T> implements ChannelListener, Pollable {
+  readonly jobId: string;
+  lost = false;
+  lastHeard = Date.now();
+  lastPoll = Date.now();
+  done = false;
+  pollable = false;
+  readonly promise: Promise<T>;
+  private resolve: (v: T) => void = () => undefined;
+  private reject: (e: unknown) => void = () => undefined;
+
+  /**
+   * @param decodeEvent  a pub/sub message: the result if it is the `exited` event, `null` for an
+   *                     event to ignore; throws if it cannot be decoded (counted as a loss)
+   * @param decodeStored the value of the result key
+   */
+  constructor(
+    jobId: string,
+    private readonly decodeEvent: (data: Buffer) => T | null,
+    private readonly decodeStored: (raw: Buffer) => T,
+    private readonly onDone: () => void,
+  ) {
+    this.jobId = jobId;
+    this.promise = new Promise<T>((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+    this.promise.catch(() => undefined);
+  }
+
+  onMessage(data: Buffer): void {
+    if (this.done) return;
+    this.lastHeard = Date.now();
+    let r: T | null;
+    try {
+      r = this.decodeEvent(data);
+    } catch {
+      this.lost = true;
+      return;
+    }
+    if (r !== null) this.finish(r);
+  }
+
+  onConnectionLost(): void {
+    this.lost = true;
+  }
+
+  onStoredRaw(raw: Buffer): void {
+    if (this.done) return;
+    let r: T;
+    try {
+      r = this.decodeStored(raw);
+    } catch (e) {
+      this.fail(e);
+      return;
+    }
+    this.finish(r);
+  }
+
+  fail(e: unknown): void {
+    if (this.done) return;
+    this.done = true;
+    this.reject(e);
+    this.onDone();
+  }
+
+  private finish(r: T): void {
+    this.done = true;
+    this.resolve(r);
     this.onDone();
   }
 }

@@ -1,4 +1,4 @@
-/** Redis key and channel names of PROTOCOL.md section 1 for one prefix. */
+/** Redis key and channel names of PROTOCOL.md sections 1 and 12 for one prefix. */
 export class Keys {
   constructor(readonly prefix: string = "sandpool") {}
 
@@ -36,4 +36,53 @@ export class Keys {
   get dead(): string {
     return `${this.prefix}:dead`;
   }
+
+  // -- version 2: sessions ------------------------------------------------------------------
+
+  /** A session's record (a hash written by daemons). */
+  session(sid: string): string {
+    return `${this.prefix}:session:${sid}`;
+  }
+
+  /** The set of every session id that has a record. */
+  get sessions(): string {
+    return `${this.prefix}:sessions`;
+  }
+
+  /**
+   * The request stream of a queue: `create` of a session without a record goes to
+   * `sreq:<queue>`; every operation on a session held by daemon `consumer` to
+   * `sreq:<queue>:<consumer>`.
+   */
+  sessionRequests(queue: string, consumer?: string): string {
+    return consumer === undefined ? `${this.prefix}:sreq:${queue}` : `${this.prefix}:sreq:${queue}:${consumer}`;
+  }
+
+  /** The live output channel of a session's background process. */
+  processOutput(sid: string, pid: string): string {
+    return `${this.prefix}:pout:${sid}:${pid}`;
+  }
+
+  /**
+   * A PSUBSCRIBE pattern matching the output channels of every background process of `sid` (and,
+   * since `:` may appear in a session id, of sessions named `<sid>:...`: check the channel).
+   */
+  processOutputPattern(sid: string): string {
+    return `${globEscape(`${this.prefix}:pout:${sid}:`)}*`;
+  }
+
+  /** A snapshot template's record. */
+  snapshot(name: string): string {
+    return `${this.prefix}:snapshot:${name}`;
+  }
+
+  /** The set of every snapshot name. */
+  get snapshots(): string {
+    return `${this.prefix}:snapshots`;
+  }
+}
+
+/** Escape the characters Redis glob patterns treat specially. */
+function globEscape(s: string): string {
+  return s.replace(/[\\*?[\]]/g, (c) => `\\${c}`);
 }

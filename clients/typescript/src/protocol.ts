@@ -69,7 +69,8 @@ export const RUNTIMES = ["python", "node", "bash"] as const;
 export type Runtime = (typeof RUNTIMES)[number];
 
 const JOB_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
-const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
+/** @internal */
+export const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const TEMPLATE_RE = /^[A-Za-z0-9._-]{1,64}$/;
 const LONE_SURROGATE_RE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
@@ -186,7 +187,8 @@ export function checkJobId(id: unknown): string {
   return id;
 }
 
-function describe(v: unknown): string {
+/** @internal */
+export function describe(v: unknown): string {
   if (typeof v === "string") return JSON.stringify(v.length > 80 ? v.slice(0, 80) + "..." : v);
   if (typeof v === "bigint") return `${v}n`;
   if (v === null) return "null";
@@ -195,14 +197,16 @@ function describe(v: unknown): string {
   return String(v);
 }
 
-function typeName(v: unknown): string {
+/** @internal */
+export function typeName(v: unknown): string {
   if (v === null) return "null";
   if (Array.isArray(v)) return "array";
   if (v instanceof Uint8Array) return "Uint8Array";
   return typeof v;
 }
 
-function checkText(name: string, value: unknown): string {
+/** @internal */
+export function checkText(name: string, value: unknown): string {
   if (typeof value !== "string") {
     throw new InvalidArgumentError(`${name} must be a string, not ${typeName(value)}`);
   }
@@ -213,7 +217,8 @@ function checkText(name: string, value: unknown): string {
   return value;
 }
 
-function checkUint(name: string, value: unknown, minimum = 0): number {
+/** @internal */
+export function checkUint(name: string, value: unknown, minimum = 0): number {
   if (typeof value !== "number" || !Number.isInteger(value)) {
     throw new InvalidArgumentError(`${name} must be an integer, not ${describe(value)}`);
   }
@@ -235,6 +240,45 @@ export function toBytes(name: string, value: unknown): Uint8Array {
 function checkWellFormed(name: string, value: string): string {
   if (LONE_SURROGATE_RE.test(value)) {
     throw new InvalidArgumentError(`${name} is not valid Unicode (it has a lone surrogate)`);
+  }
+  return value;
+}
+
+/**
+ * An environment (object or Map of string to string) as a plain object in the caller's order.
+ * Throws {@link InvalidArgumentError} for a bad name or value. @internal
+ */
+export function checkEnv(name: string, env: unknown): Record<string, string> {
+  let entries: Iterable<[unknown, unknown]>;
+  if (env instanceof Map) entries = env.entries();
+  else if (env !== null && typeof env === "object" && !Array.isArray(env) && !(env instanceof Uint8Array)) {
+    entries = Object.entries(env);
+  } else {
+    throw new InvalidArgumentError(`${name} must be an object or a Map of string to string, not ${typeName(env)}`);
+  }
+  const out: Record<string, string> = {};
+  for (const [k, v] of entries) {
+    if (typeof k !== "string" || !ENV_NAME_RE.test(k)) {
+      throw new InvalidArgumentError(`invalid environment variable name ${describe(k)}`);
+    }
+    out[k] = checkText(`${name}[${JSON.stringify(k)}]`, v);
+  }
+  return out;
+}
+
+/** An absolute path without NUL characters. @internal */
+export function checkAbsolutePath(name: string, value: unknown): string {
+  const path = checkText(name, value);
+  if (!path.startsWith("/")) {
+    throw new InvalidArgumentError(`${name} must be an absolute path (got ${JSON.stringify(path)})`);
+  }
+  return path;
+}
+
+/** A template (or snapshot, or code context) name: `[A-Za-z0-9._-]{1,64}`. @internal */
+export function checkTemplateName(name: string, value: unknown): string {
+  if (typeof value !== "string" || !TEMPLATE_RE.test(value)) {
+    throw new InvalidArgumentError(`invalid ${name} name ${describe(value)}: need 1..64 characters of [A-Za-z0-9._-]`);
   }
   return value;
 }
@@ -291,43 +335,13 @@ export function buildJobMap(job: Job & { id: string }): JobMap {
   } else {
     m.shell = checkText("shell", shell);
   }
-  if (job.env !== undefined) {
-    const env: unknown = job.env;
-    let entries: Iterable<[unknown, unknown]>;
-    if (env instanceof Map) entries = env.entries();
-    else if (env !== null && typeof env === "object" && !Array.isArray(env) && !(env instanceof Uint8Array)) {
-      entries = Object.entries(env);
-    } else {
-      throw new InvalidArgumentError(`env must be an object or a Map of string to string, not ${typeName(env)}`);
-    }
-    const out: Record<string, string> = {};
-    for (const [k, v] of entries) {
-      if (typeof k !== "string" || !ENV_NAME_RE.test(k)) {
-        throw new InvalidArgumentError(`invalid environment variable name ${describe(k)}`);
-      }
-      out[k] = checkText(`env[${JSON.stringify(k)}]`, v);
-    }
-    m.env = out;
-  }
-  if (job.cwd !== undefined) {
-    const cwd = checkText("cwd", job.cwd);
-    if (!cwd.startsWith("/")) {
-      throw new InvalidArgumentError(`cwd must be an absolute path (got ${JSON.stringify(cwd)})`);
-    }
-    m.cwd = cwd;
-  }
+  if (job.env !== undefined) m.env = checkEnv("env", job.env);
+  if (job.cwd !== undefined) m.cwd = checkAbsolutePath("cwd", job.cwd);
   if (job.stdin !== undefined) m.stdin = toBytes("stdin", job.stdin);
   if (job.timeoutMs !== undefined) m.timeout_ms = checkUint("timeoutMs", job.timeoutMs, 1);
   if (job.maxOutputBytes !== undefined) m.max_output_bytes = checkUint("maxOutputBytes", job.maxOutputBytes);
   if (job.retries !== undefined) m.retries = checkUint("retries", job.retries);
-  if (job.template !== undefined) {
-    if (typeof job.template !== "string" || !TEMPLATE_RE.test(job.template)) {
-      throw new InvalidArgumentError(
-        `invalid template name ${describe(job.template)}: need 1..64 characters of [A-Za-z0-9._-]`,
-      );
-    }
-    m.template = job.template;
-  }
+  if (job.template !== undefined) m.template = checkTemplateName("template", job.template);
   if (job.memoryBytes !== undefined) m.memory_bytes = checkUint("memoryBytes", job.memoryBytes, 1);
   if (job.pids !== undefined) m.pids = checkUint("pids", job.pids, 1);
   if (job.cpuTimeMs !== undefined) m.cpu_time_ms = checkUint("cpuTimeMs", job.cpuTimeMs, 1);
@@ -349,7 +363,8 @@ export function encodeJob(jobMap: JobMap): Buffer {
 // ------------------------------------------------------------------------------------------
 
 /** Stands for map keys that are neither strings nor numbers: never a known field. */
-const ODD_KEY = "\u0000non-string-key";
+/** @internal */
+export const ODD_KEY = "\u0000non-string-key";
 
 // str values come back as raw bytes (rawStrings): bytes fields keep them exactly (a daemon that
 // sends bytes as str, even invalid UTF-8, loses nothing); text fields are decoded here.
@@ -359,15 +374,19 @@ const tolerantDecoder = new Decoder({
   mapKeyConverter: (key: unknown) => (typeof key === "string" || typeof key === "number" ? key : ODD_KEY),
 });
 
-const utf8 = new TextDecoder("utf-8", { fatal: false });
+/** @internal */
+export const utf8 = new TextDecoder("utf-8", { fatal: false });
 
-type Fields = Record<string, unknown>;
+/** A decoded msgpack map. @internal */
+export type Fields = Record<string, unknown>;
 
-function isPlainMap(v: unknown): v is Fields {
+/** @internal */
+export function isPlainMap(v: unknown): v is Fields {
   return typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Uint8Array);
 }
 
-function get(m: Fields, key: string): unknown {
+/** @internal */
+export function get(m: Fields, key: string): unknown {
   return Object.hasOwn(m, key) ? m[key] : undefined;
 }
 
@@ -382,20 +401,23 @@ function unpackMap(data: Uint8Array, what: string): Fields {
   return obj;
 }
 
-function asBytes(v: unknown, field: string): Buffer {
+/** @internal */
+export function asBytes(v: unknown, field: string): Buffer {
   if (v === undefined || v === null) return Buffer.alloc(0);
   if (v instanceof Uint8Array) return Buffer.from(v.buffer, v.byteOffset, v.byteLength);
   throw new ProtocolError(`field ${JSON.stringify(field)} must be bytes, got ${typeName(v)}`);
 }
 
-function asStr(v: unknown, field: string): string | null {
+/** @internal */
+export function asStr(v: unknown, field: string): string | null {
   if (v === undefined || v === null) return null;
   if (typeof v === "string") return v;
   if (v instanceof Uint8Array) return utf8.decode(v);
   throw new ProtocolError(`field ${JSON.stringify(field)} must be a string, got ${typeName(v)}`);
 }
 
-function asInt(v: unknown, field: string): number | null {
+/** @internal */
+export function asInt(v: unknown, field: string): number | null {
   if (v === undefined || v === null) return null;
   if (typeof v === "bigint") return Number(v);
   if (typeof v !== "number" || !Number.isInteger(v)) {
@@ -404,7 +426,8 @@ function asInt(v: unknown, field: string): number | null {
   return v;
 }
 
-function asBool(v: unknown, field: string): boolean {
+/** @internal */
+export function asBool(v: unknown, field: string): boolean {
   if (v === undefined || v === null) return false;
   if (typeof v === "boolean") return v;
   if (typeof v === "number") return v !== 0;
@@ -527,7 +550,10 @@ export class Result {
     } else if (err !== undefined && err !== null) {
       throw new ProtocolError(`field "error" must be a map or nil, got ${typeName(err)}`);
     }
-    const outcome = asStr(get(m, "outcome"), "outcome");
+    let outcome = asStr(get(m, "outcome"), "outcome");
+    // An operation result map (v2: `ok` false with an `error`) where a job result was expected
+    // reads as outcome `error` with that error.
+    if (outcome === null && get(m, "ok") === false && error !== null) outcome = "error";
     if (outcome === null) throw new ProtocolError("result has no 'outcome'");
     return new Result({
       v: asInt(get(m, "v"), "v") ?? PROTOCOL_VERSION,

@@ -9,7 +9,7 @@
  *   SANDPOOL_TEST_LOG_DIR  keep the daemon's log there (it is deleted otherwise)
  */
 
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import {
   accessSync,
@@ -84,7 +84,10 @@ process.once("exit", () => {
       // already gone
     }
   }
-  for (const d of liveDirs) rmSync(d, { recursive: true, force: true });
+  for (const d of liveDirs) {
+    unmountUnder(d);
+    rmSync(d, { recursive: true, force: true });
+  }
 });
 
 /** PING a unix socket with a raw RESP request; true on PONG. */
@@ -185,21 +188,76 @@ export class RedisServer {
 
 let daemonCount = 0;
 
+/**
+ * Throw a clear error unless the daemon binary implements sessions (protocol version 2): its
+ * `--help` names them. Session tests call this first, so against an older daemon they fail
+ * with this message instead of waiting for answers that never come.
+ */
+export function requireSessions(): void {
+  let help = "";
+  try {
+    help = execFileSync(SANDPOOLD, ["--help"], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+  } catch (e) {
+    const out = e as { stdout?: string; stderr?: string };
+    help = `${out.stdout ?? ""}${out.stderr ?? ""}`;
+  }
+  if (!/session/i.test(help)) {
+    throw new Error(
+      `${SANDPOOLD} does not implement sessions (protocol version 2): its --help names no session ` +
+        "option. Point SANDPOOLD at a daemon with sessions.",
+    );
+  }
+}
+
+/** Unmount whatever is still mounted under `dir` (a daemon killed before it could), deepest first. */
+function unmountUnder(dir: string): void {
+  let mounts: string[] = [];
+  try {
+    mounts = readFileSync("/proc/self/mounts", "utf8")
+      .split("\n")
+      .map((l) => (l.split(" ")[1] ?? "").replace(/\\040/g, " "))
+      .filter((m) => m === dir || m.startsWith(`${dir}/`));
+  } catch {
+    return;
+  }
+  for (const m of mounts.sort((a, b) => b.length - a.length)) {
+    try {
+      execFileSync("umount", ["-l", m], { stdio: "ignore" });
+    } catch {
+      // already gone
+    }
+  }
+}
+
+/** Remove a daemon's state directory (after unmounting what it left mounted there). */
+function removeStateDir(dir: string): void {
+  unmountUnder(dir);
+  rmSync(dir, { recursive: true, force: true });
+  liveDirs.delete(dir);
+}
+
 /** One sandpoold serving a {@link RedisServer}, with its own consumer name and host uid range. */
 export class Daemon {
   readonly consumer: string;
   readonly uidBase: number;
   readonly logPath: string;
   readonly prefix: string;
+  /** The daemon's `--state-dir` (a fresh temporary directory, removed by {@link remove}). */
+  readonly stateDir: string;
   private readonly args: string[];
   private proc: ChildProcess | null = null;
 
   constructor(
     readonly redis: RedisServer,
-    opts: { workers?: number; extra?: string[]; prefix?: string; queue?: string } = {},
+    opts: { workers?: number; extra?: string[]; prefix?: string; queue?: string; consumer?: string; stateDir?: string } = {},
   ) {
     this.prefix = opts.prefix ?? "sandpool";
-    this.consumer = `ts-${randomBytes(4).toString("hex")}`;
+    this.consumer = opts.consumer ?? `ts-${randomBytes(4).toString("hex")}`;
+    if (opts.stateDir !== undefined) this.stateDir = opts.stateDir;
+    else {
+      this.stateDir = mkdtempSync(join(tmpdir(), "sandpool-ts-state-"));
+      liveDirs.add(this.stateDir);
+    }
     // 24 slots + one per template, two uids each: 64 uids; 1000 per daemon is plenty.
     this.uidBase = 600000 + (process.pid % 300) * 1000 + daemonCount++ * 100;
     this.logPath = join(redis.dir, `sandpoold-${this.consumer}.log`);
@@ -211,6 +269,7 @@ export class Daemon {
       "--consumer", this.consumer,
       "--uid-base", String(this.uidBase),
       "--log-level", "info",
+      "--state-dir", this.stateDir,
       ...(opts.prefix ? ["--prefix", opts.prefix] : []),
       ...(opts.queue ? ["--queue", opts.queue] : []),
       ...(opts.extra ?? []),
@@ -258,6 +317,20 @@ export class Daemon {
     }
   }
 
+  /** SIGKILL, as a crash would (its state directory stays). */
+  async kill(): Promise<void> {
+    if (this.proc === null || !this.alive) return;
+    const proc = this.proc;
+    proc.kill("SIGKILL");
+    await exited(proc);
+  }
+
+  /** Stop it and remove its state directory. */
+  async remove(): Promise<void> {
+    await this.stop();
+    removeStateDir(this.stateDir);
+  }
+
   /** SIGTERM, SIGKILL after 20 s; keeps the log if SANDPOOL_TEST_LOG_DIR is set. */
   async stop(): Promise<void> {
     await stopProcess(this.proc, 20000);
@@ -274,7 +347,7 @@ export class Deployment {
   readonly redis: RedisServer;
   readonly daemon: Daemon;
 
-  constructor(opts: { aof?: boolean; workers?: number; extra?: string[]; prefix?: string; queue?: string } = {}) {
+  constructor(opts: { aof?: boolean; workers?: number; extra?: string[]; prefix?: string; queue?: string; consumer?: string } = {}) {
     this.redis = new RedisServer({ aof: opts.aof ?? false });
     this.daemon = new Daemon(this.redis, opts);
   }
@@ -295,7 +368,7 @@ export class Deployment {
   }
 
   async stop(): Promise<void> {
-    await this.daemon.stop();
+    await this.daemon.remove();
     await this.redis.stop();
   }
 }
