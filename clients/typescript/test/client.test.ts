@@ -21,7 +21,7 @@ import {
   type Result,
 } from "../src/index.js";
 import { REJECTION_VECTORS, VECTOR_T1, VECTOR_T2 } from "./support/vectors.js";
-import { Deployment, sleep, waitFor } from "./support/harness.js";
+import { Deployment, sleep, waitFor } from "../src/testing.js";
 
 const WAIT = 60000; // generous bound for any single job
 

@@ -12,7 +12,7 @@ import { after, before, describe, test } from "node:test";
 import type { Redis } from "ioredis";
 
 import { Client, newJobId, OutputEvent, RedisUnavailableError, type JobEvent, type Result } from "../src/index.js";
-import { Deployment, sleep, waitFor } from "./support/harness.js";
+import { Deployment, sleep, waitFor } from "../src/testing.js";
 
 const WAIT = 60000;
 

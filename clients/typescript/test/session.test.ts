@@ -24,7 +24,7 @@ import {
   TemplateMismatchError,
   type Session,
 } from "../src/index.js";
-import { Deployment, requireSessions, sleep, waitFor } from "./support/harness.js";
+import { Deployment, requireSessions, sleep, waitFor } from "../src/testing.js";
 
 const WAIT = 30000;
 let dep: Deployment;

@@ -1,7 +1,8 @@
 /**
- * Test harness: a private redis-server on a unix socket in a temporary directory, and a real
- * sandpoold (as root) that serves it. Nothing is mocked. Everything is stopped and the directory
- * removed by `stop()`, and also if the test process exits early.
+ * Test support (`sandpool/testing`): a private redis-server on a unix socket in a temporary
+ * directory, and a real sandpoold (as root) that serves it, for integration tests of this package
+ * and of packages built on it. Nothing is mocked. Everything is stopped and the directories removed
+ * by `stop()`, and also if the test process exits early.
  *
  * Environment:
  *   SANDPOOLD              the daemon binary (default /work/stable/sandpoold)
