@@ -37,6 +37,9 @@ export type ProcessOutputListener = (stream: "stdout" | "stderr", data: Buffer) 
 /** How long the `output` operation waits for an exit per request in {@link SessionProcess.wait}. */
 const WAIT_SLICE_MS = 30000;
 
+/** Output kept for a handle's first listener. */
+const MAX_EARLY_BYTES = 4 << 20;
+
 /** Messages kept per unclaimed pid while a spawn is under way. */
 const MAX_PENDING_MESSAGES = 10000;
 
@@ -63,6 +66,12 @@ export class SessionProcess {
   /** The stream's delivered bytes are a prefix of the durable view when it is not truncated. */
   private readonly aligned = { stdout: true, stderr: true };
   private readonly listeners = new Set<ProcessOutputListener>();
+  /**
+   * Output delivered before any listener was added (a spawned process may write before `spawn`
+   * returns): kept, up to {@link MAX_EARLY_BYTES}, for the first listener; `null` once given.
+   */
+  private early: { stream: "stdout" | "stderr"; data: Buffer }[] | null = [];
+  private earlyBytes = 0;
   private readonly exitListeners = new Set<() => void>();
   private detach: (() => void) | null = null;
 
@@ -94,9 +103,15 @@ export class SessionProcess {
     return !this.exitKnown;
   }
 
-  /** Listen to its output (Buffers, in order). Returns a function that removes the listener. */
+  /**
+   * Listen to its output (Buffers, in order). The first listener also gets the output that came
+   * before any listener was added (up to 4 MiB). Returns a function that removes the listener.
+   */
   onOutput(listener: ProcessOutputListener): () => void {
     this.listeners.add(listener);
+    const early = this.early;
+    this.early = null;
+    if (early !== null) for (const { stream, data } of early) listener(stream, data);
     return () => this.listeners.delete(listener);
   }
 
@@ -258,6 +273,13 @@ export class SessionProcess {
 
   private deliver(stream: "stdout" | "stderr", data: Buffer): void {
     this.delivered[stream] += data.length;
+    if (this.early !== null) {
+      if (this.earlyBytes + data.length <= MAX_EARLY_BYTES) {
+        this.early.push({ stream, data });
+        this.earlyBytes += data.length;
+      }
+      return;
+    }
     for (const l of [...this.listeners]) l(stream, data);
   }
 

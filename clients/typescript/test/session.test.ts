@@ -285,6 +285,13 @@ describe("background processes", () => {
     assert.equal(out.stderr.toString(), "late\n");
     assert.deepEqual(chunks.join(""), "stdout:early\nstderr:late\n");
     assert.deepEqual(await p.wait(), out, "wait() is repeatable");
+
+    // A listener added after spawn() returned still gets the output from the first byte.
+    const late = await s.spawn("echo at-once; sleep 0.2; echo later");
+    const got: string[] = [];
+    late.onOutput((_stream, data) => got.push(data.toString()));
+    await late.wait({ timeoutMs: WAIT });
+    assert.equal(got.join(""), "at-once\nlater\n");
   });
 
   test("stdin: write into head -1; close ends cat", async () => {
