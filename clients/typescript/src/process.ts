@@ -21,7 +21,7 @@
  */
 
 import type { PatternListener, Subscriber } from "./connection.js";
-import { SessionNotFoundError, SessionStoppedError, WaitTimeoutError } from "./errors.js";
+import { NotFoundError, SessionNotFoundError, SessionStoppedError, WaitTimeoutError } from "./errors.js";
 import type { Keys } from "./keys.js";
 import {
   decodeProcessEvent,
@@ -73,6 +73,8 @@ export class SessionProcess {
   private early: { stream: "stdout" | "stderr"; data: Buffer }[] | null = [];
   private earlyBytes = 0;
   private readonly exitListeners = new Set<() => void>();
+  /** Wakes {@link waitLoop} when the exit is known or live events are lost. */
+  private readonly wakers = new Set<() => void>();
   private detach: (() => void) | null = null;
 
   /** @internal Use `Session.spawn()` or `Session.process()`. */
@@ -191,17 +193,47 @@ export class SessionProcess {
     }
   }
 
+  /**
+   * While live events are followed, the `exited` event says when it ends (with a look at the
+   * durable view every {@link WAIT_SLICE_MS} in case that event was lost unnoticed); otherwise the
+   * `output` operation waits for the exit on the daemon's side.
+   */
   private async waitLoop(): Promise<ProcessOutput> {
     for (;;) {
       if (this.final !== null) return this.final;
-      let out: ProcessOutput;
-      try {
-        out = await this.output(this.exitKnown ? {} : { wait: true, waitTimeoutMs: WAIT_SLICE_MS });
-      } catch (e) {
-        return this.endedWithSession(e);
+      const followingLive = this.mode === "live" && this.detach !== null;
+      if (followingLive && !this.exitKnown) {
+        let timer: NodeJS.Timeout | undefined;
+        await new Promise<void>((resolve) => {
+          this.wakers.add(resolve);
+          timer = setTimeout(resolve, WAIT_SLICE_MS);
+          timer.unref();
+        });
+        clearTimeout(timer);
+        this.wakers.clear();
+        if (this.mode === "live" && !this.exitKnown && this.detach !== null) {
+          // Woken by the slice: make sure it still runs.
+          const out = await this.outputOrEnded({});
+          if (!out.running) return this.finish(out);
+        }
+        continue;
       }
+      const out = await this.outputOrEnded(this.exitKnown ? {} : { wait: true, waitTimeoutMs: WAIT_SLICE_MS });
       if (!out.running) return this.finish(out);
     }
+  }
+
+  private async outputOrEnded(opts: ProcessOutputOptions): Promise<ProcessOutput> {
+    try {
+      return await this.output(opts);
+    } catch (e) {
+      return this.endedWithSession(e);
+    }
+  }
+
+  private wake(): void {
+    for (const w of [...this.wakers]) w();
+    this.wakers.clear();
   }
 
   /** Write to its stdin (`stdin` operation). `ProcessExitedError` once it has exited. */
@@ -238,10 +270,14 @@ export class SessionProcess {
       ev = decodeProcessEvent(data);
     } catch {
       this.mode = "durable";
+      this.wake();
       return;
     }
     if (this.mode === "live") {
-      if (ev.seq !== this.expectedSeq) this.mode = "durable";
+      if (ev.seq !== this.expectedSeq) {
+        this.mode = "durable";
+        this.wake();
+      }
       this.expectedSeq = ev.seq + 1;
     }
     if (ev instanceof ProcessExitedEvent) {
@@ -257,6 +293,7 @@ export class SessionProcess {
   /** @internal The subscriber connection was lost: events may have been missed. */
   onLiveLost(): void {
     this.mode = "durable";
+    this.wake();
   }
 
   /** @internal A handle joining an existing process: deliver what the daemon kept. */
@@ -301,6 +338,7 @@ export class SessionProcess {
     this._signal = signal;
     for (const l of [...this.exitListeners]) l();
     this.exitListeners.clear();
+    this.wake();
   }
 
   private finish(out: ProcessOutput): ProcessOutput {
@@ -314,9 +352,12 @@ export class SessionProcess {
     return out;
   }
 
-  /** The session was stopped or destroyed under the process: it ended with it (SIGKILL). */
+  /**
+   * The session was stopped or destroyed under the process (or, resumed since, no longer knows
+   * it): it ended with the session (SIGKILL).
+   */
   private endedWithSession(e: unknown): ProcessOutput {
-    if (!(e instanceof SessionStoppedError || e instanceof SessionNotFoundError)) throw e;
+    if (!(e instanceof SessionStoppedError || e instanceof SessionNotFoundError || e instanceof NotFoundError)) throw e;
     const out: ProcessOutput = Object.freeze({
       stdout: Buffer.alloc(0),
       stderr: Buffer.alloc(0),
