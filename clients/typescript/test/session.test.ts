@@ -36,7 +36,7 @@ function sid(tag: string): string {
 
 before(async () => {
   requireSessions();
-  dep = await new Deployment({ workers: 2 }).start();
+  dep = await new Deployment({ workers: 2, aof: true }).start();
   client = new Client({ url: dep.url, pollIntervalMs: 500, opTimeoutMs: 90000 });
 });
 
@@ -520,6 +520,27 @@ describe("connections and reconnection", () => {
       } finally {
         admin.disconnect();
       }
+    } finally {
+      await s.destroy();
+    }
+  });
+
+  test("Redis restarts while a command and a background process run: nothing is lost", async () => {
+    const s = await client.createSession(sid("redis"));
+    try {
+      const p = await s.spawn("for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.5; done");
+      const chunks: Buffer[] = [];
+      p.onOutput((_stream, d) => chunks.push(d));
+      const e = s.exec({ shell: "sleep 2; echo exec-done" });
+      await sleep(700);
+      await dep.redis.restart(1000);
+      const r = await e;
+      assert.equal(r.stdoutText, "exec-done\n");
+      const out = await p.wait({ timeoutMs: WAIT });
+      assert.equal(out.exitCode, 0);
+      const want = [1, 2, 3, 4, 5, 6].map((i) => `tick ${i}\n`).join("");
+      assert.equal(out.stdout.toString(), want);
+      assert.equal(Buffer.concat(chunks).toString(), want, "output lost live was caught up from the durable view");
     } finally {
       await s.destroy();
     }
