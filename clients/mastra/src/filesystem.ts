@@ -147,6 +147,8 @@ export class SandpoolFilesystem extends MastraFilesystem {
         return notFound === "dir" ? new DirectoryNotFoundError(path) : new FileNotFoundError(path);
       case "exists":
         return new FileExistsError(path);
+      case "not_empty": // sandpoold's code for a non-empty directory (not in PROTOCOL.md section 19)
+        return new DirectoryNotEmptyError(path);
       case "is_a_directory":
         return new IsDirectoryError(path);
       case "not_a_directory":
@@ -171,7 +173,8 @@ export class SandpoolFilesystem extends MastraFilesystem {
     let data: Buffer;
     try {
       data = await this.run(async (s) => {
-        const first = await s.read(abs, { asRoot: this.asRoot });
+        // At most 16 MiB per call: a larger read is refused, not shortened.
+        const first = await s.read(abs, { asRoot: this.asRoot, length: MAX_FILE_CALL_BYTES });
         this.mtimes.set(abs, first.mtimeNs);
         if (first.data.length >= first.size) return first.data;
         const parts = [first.data];

@@ -700,12 +700,13 @@ export class Session {
 
   /** A whole file's bytes (several `read` calls for files over 16 MiB). */
   async readFile(path: string, options: FileOptions = {}): Promise<Buffer> {
-    const first = await this.read(path, options);
+    // Ask for at most 16 MiB per call: a larger read is refused, not shortened.
+    const first = await this.read(path, { ...options, length: MAX_FILE_CALL_BYTES });
     if (first.data.length >= first.size) return first.data;
     const parts = [first.data];
     let off = first.data.length;
     while (off < first.size) {
-      const r = await this.read(path, { ...options, offset: off });
+      const r = await this.read(path, { ...options, offset: off, length: MAX_FILE_CALL_BYTES });
       if (r.data.length === 0) break;
       parts.push(r.data);
       off += r.data.length;
