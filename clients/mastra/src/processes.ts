@@ -11,6 +11,8 @@
  * restarted) attaches to it with the output the daemon kept.
  */
 
+import type { Readable } from "node:stream";
+
 import { ProcessHandle, SandboxProcessManager } from "@mastra/core/workspace";
 import type { CommandResult, ProcessInfo, SpawnProcessOptions } from "@mastra/core/workspace";
 import { NotFoundError, ProcessExitedError, SessionError, type SessionProcess } from "sandpool";
@@ -32,6 +34,7 @@ export class SandpoolProcessHandle extends ProcessHandle {
   private killedHere = false;
   private result: CommandResult | null = null;
   private waiting: Promise<CommandResult> | null = null;
+  private readerMade = false;
 
   constructor(proc: SessionProcess, options: SpawnProcessOptions = {}, stdinMode: "pipe" | "ignore" = "pipe") {
     super(options);
@@ -50,6 +53,18 @@ export class SandpoolProcessHandle extends ProcessHandle {
       this.timer.unref();
       proc.onExit(() => clearTimeout(this.timer));
     }
+  }
+
+  /**
+   * stdout as a stream: what the handle has retained so far first (a sandpool process may have
+   * written before this getter is first used), then what follows.
+   */
+  override get reader(): Readable {
+    const first = !this.readerMade;
+    this.readerMade = true;
+    const r = super.reader;
+    if (first && this.stdout !== "") r.push(this.stdout);
+    return r;
   }
 
   /** Undefined while it runs (as far as this handle knows: `get()` refreshes it). */

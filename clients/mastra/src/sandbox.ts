@@ -158,6 +158,9 @@ export class SandpoolSandbox extends MastraSandbox {
       }),
     );
     this.cpuSample = null;
+    if (this.info.state !== "running") {
+      throw new Error(`sandpool session ${this.id} is ${this.info.state || "in no known state"} after create`);
+    }
     return { outcome: fresh ? "created" : "connected" };
   }
 

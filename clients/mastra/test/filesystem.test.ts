@@ -23,7 +23,7 @@ import { Client } from "sandpool";
 import type { Deployment } from "sandpool/testing";
 
 import { SandpoolFilesystem, SandpoolSandbox } from "../src/index.js";
-import { destroyAll, sessionId, startDeployment } from "./support/env.js";
+import { destroyAll, sessionId, sleep, startDeployment } from "./support/env.js";
 
 let dep: Deployment;
 let admin: Client;
@@ -189,6 +189,9 @@ describe("files", () => {
     await assert.rejects(fs.writeFile("wo/a.txt", "2", { overwrite: false }), FileExistsError);
     await assert.rejects(fs.writeFile("wo/missing/a.txt", "x", { recursive: false }), DirectoryNotFoundError);
     const st = await fs.stat("wo/a.txt");
+    // Mastra's expectedMtime has millisecond precision (and file times a kernel tick): a change
+    // within the same tick cannot be told from none, here as with Mastra's LocalFilesystem.
+    await sleep(20);
     await fs.writeFile("wo/a.txt", "3", { expectedMtime: st.modifiedAt });
     assert.equal(await fs.readFile("wo/a.txt", { encoding: "utf-8" }), "3");
     await assert.rejects(fs.writeFile("wo/a.txt", "4", { expectedMtime: st.modifiedAt }), StaleFileError);
