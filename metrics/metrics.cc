@@ -136,6 +136,26 @@ bool Metrics::Build() {
                    .Register(registry_)
                    .Add({});
 
+  sessions_ = &BuildGauge().Name("sandpool_sessions").Help("Sessions held by this daemon, by state").Register(registry_);
+  session_ops_ = &BuildCounter()
+                      .Name("sandpool_session_ops_total")
+                      .Help("Session operations answered, by operation and result (ok, an error code, or a command's outcome)")
+                      .Register(registry_);
+  session_op_seconds_ = &BuildHistogram()
+                             .Name("sandpool_session_op_seconds")
+                             .Help("Time from reading a session operation to its answer, by operation")
+                             .Register(registry_);
+  session_start_ = &BuildHistogram()
+                        .Name("sandpool_session_start_seconds")
+                        .Help("Time to start a session's sandbox (a create or a resume), disk included")
+                        .Register(registry_)
+                        .Add({}, Buckets());
+  session_file_bytes_ = &BuildCounter()
+                             .Name("sandpool_session_file_request_bytes_total")
+                             .Help("Bytes of file-operation requests handed to session agents")
+                             .Register(registry_)
+                             .Add({});
+
   BuildGauge()
       .Name("sandpool_build_info")
       .Help("Always 1; the labels say which build is running")
@@ -259,6 +279,22 @@ void Metrics::PoolMiss(size_t t) {
 
 void Metrics::ObservePoolWait(size_t t, double seconds) {
   if (t < pools_.size() && pools_[t].wait) pools_[t].wait->Observe(seconds);
+}
+
+void Metrics::SetSessions(std::string_view state, double n) {
+  if (ok_) sessions_->Add({{"state", std::string(state)}}).Set(n);
+}
+
+void Metrics::SessionOp(std::string_view op, std::string_view result, double seconds) {
+  if (!ok_) return;
+  session_ops_->Add({{"op", std::string(op)}, {"result", std::string(result)}}).Increment();
+  if (seconds > 0) session_op_seconds_->Add({{"op", std::string(op)}}, Buckets()).Observe(seconds);
+}
+
+void Metrics::ObserveSessionStart(double seconds) { Observe(session_start_, seconds); }
+
+void Metrics::SessionFileBytes(uint64_t bytes) {
+  if (ok_) session_file_bytes_->Increment(static_cast<double>(bytes));
 }
 
 }  // namespace sandpool

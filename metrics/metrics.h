@@ -17,6 +17,10 @@
 // serializes to a comment line. No method throws.
 #pragma once
 
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <array>
@@ -80,6 +84,14 @@ class Metrics {
   void PoolMiss(size_t t);                             // sandpool_pool_misses_total
   void ObservePoolWait(size_t t, double seconds);      // sandpool_pool_wait_seconds
 
+  // Sessions. Label values come from the daemon's own tables (operation names, error codes and
+  // outcomes, states), so every set is bounded; series are made on first use.
+  void SetSessions(std::string_view state, double n);                     // sandpool_sessions{state}
+  // sandpool_session_ops_total{op,result} and sandpool_session_op_seconds{op}.
+  void SessionOp(std::string_view op, std::string_view result, double seconds);
+  void ObserveSessionStart(double seconds);  // sandpool_session_start_seconds (create or resume)
+  void SessionFileBytes(uint64_t bytes);     // sandpool_session_file_request_bytes_total
+
   // The registry in Prometheus text format 0.0.4. Never throws; on an internal failure returns a
   // comment line saying so (the scrape then shows no series, which alerts on absence catch).
   std::string Serialize() const;
@@ -113,6 +125,11 @@ class Metrics {
     prometheus::Histogram* wait;
   };
   std::vector<Pool> pools_;
+  prometheus::Family<prometheus::Gauge>* sessions_ = nullptr;
+  prometheus::Family<prometheus::Counter>* session_ops_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* session_op_seconds_ = nullptr;
+  prometheus::Histogram* session_start_ = nullptr;
+  prometheus::Counter* session_file_bytes_ = nullptr;
 };
 
 }  // namespace sandpool

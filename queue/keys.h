@@ -28,6 +28,22 @@ class Keys {
     return "sandpoold:" + p_ + ":" + std::string(consumer) + ":" + std::string(conn);
   }
   std::string Cancel() const { return p_ + ":cancel"; }
+
+  // Sessions (PROTOCOL.md section 12).
+  std::string Session(std::string_view sid) const { return Join("session", sid); }
+  std::string Sessions() const { return p_ + ":sessions"; }
+  // The sessions a daemon holds, and the daemons that hold any (for finding the lost ones).
+  std::string HostSessions(std::string_view consumer) const { return Join("host-sessions", consumer); }
+  std::string SessionHosts() const { return p_ + ":session-hosts"; }
+  // `create` of a session nobody holds yet, and every operation on a daemon's sessions.
+  std::string SessionIntake(std::string_view queue) const { return Join("sreq", queue); }
+  std::string SessionStream(std::string_view queue, std::string_view consumer) const {
+    return Join("sreq", queue) + ":" + std::string(consumer);
+  }
+  // Live output of a session's background process.
+  std::string ProcessOut(std::string_view sid, std::string_view pid) const {
+    return Join("pout", sid) + ":" + std::string(pid);
+  }
   std::string Dead() const { return p_ + ":dead"; }
   const std::string& prefix() const { return p_; }
 

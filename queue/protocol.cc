@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/runtimes.h"
+#include "queue/result_fields.h"
 
 namespace sandpool {
 namespace {
@@ -46,60 +47,38 @@ void PackOptInt(Packer& pk, const std::optional<int>& v) {
   }
 }
 
-constexpr uint32_t kResultFields = 20;
-
-void PackResult(Packer& pk, const JobResult& r) {
-  pk.pack_map(kResultFields);
-  PackStr(pk, "v");
-  pk.pack_uint64(kProtocolVersion);
-  PackStr(pk, "id");
-  PackStr(pk, r.id);
-  PackStr(pk, "outcome");
-  PackStr(pk, OutcomeName(r.outcome));
-  PackStr(pk, "exit_code");
-  PackOptInt(pk, r.exit_code);
-  PackStr(pk, "signal");
-  PackOptInt(pk, r.signal);
-  PackStr(pk, "timed_out");
-  PackBool(pk, r.timed_out);
-  PackStr(pk, "killed");
-  PackBool(pk, r.killed);
-  PackStr(pk, "stdout");
-  PackBin(pk, r.stdout_data);
-  PackStr(pk, "stderr");
-  PackBin(pk, r.stderr_data);
-  PackStr(pk, "stdout_truncated");
-  PackBool(pk, r.stdout_truncated);
-  PackStr(pk, "stderr_truncated");
-  PackBool(pk, r.stderr_truncated);
-  PackStr(pk, "stdout_dropped_bytes");
-  pk.pack_uint64(r.stdout_dropped_bytes);
-  PackStr(pk, "stderr_dropped_bytes");
-  pk.pack_uint64(r.stderr_dropped_bytes);
-  PackStr(pk, "exec_time_us");
-  pk.pack_uint64(r.exec_time_us);
-  PackStr(pk, "cpu_time_us");
-  pk.pack_uint64(r.cpu_time_us);
-  PackStr(pk, "peak_memory_bytes");
-  pk.pack_uint64(r.peak_memory_bytes);
-  PackStr(pk, "queue_wait_us");
-  pk.pack_uint64(r.queue_wait_us);
-  PackStr(pk, "worker");
-  PackStr(pk, r.worker);
-  PackStr(pk, "attempt");
-  pk.pack_uint64(r.attempt);
-  PackStr(pk, "error");
-  if (r.error) {
+// Packs each field of VisitResultFields.
+struct ResultPacker {
+  Packer& pk;
+  void Key(const char* name) { PackStr(pk, name); }
+  void Str(const char* n, const std::string& s) { Key(n), PackStr(pk, s); }
+  void Bytes(const char* n, const std::string& s) { Key(n), PackBin(pk, s); }
+  void Bool(const char* n, bool b) { Key(n), PackBool(pk, b); }
+  void U64(const char* n, uint64_t u) { Key(n), pk.pack_uint64(u); }
+  void U32(const char* n, uint32_t u) { Key(n), pk.pack_uint64(u); }
+  void OptInt(const char* n, const std::optional<int>& i) { Key(n), PackOptInt(pk, i); }
+  void Outcome(const char* n, sandpool::Outcome o) { Key(n), PackStr(pk, OutcomeName(o)); }
+  void Error(const char* n, const std::optional<JobError>& e) {
+    Key(n);
+    if (!e) {
+      pk.pack_nil();
+      return;
+    }
     pk.pack_map(3);
     PackStr(pk, "code");
-    PackStr(pk, ErrorCodeName(r.error->code));
+    PackStr(pk, ErrorCodeName(e->code));
     PackStr(pk, "message");
-    PackStr(pk, r.error->message);
+    PackStr(pk, e->message);
     PackStr(pk, "retryable");
-    PackBool(pk, ErrorCodeRetryable(r.error->code));
-  } else {
-    pk.pack_nil();
+    PackBool(pk, ErrorCodeRetryable(e->code));
   }
+};
+
+void PackResult(Packer& pk, const JobResult& r) {
+  pk.pack_map(static_cast<uint32_t>(1 + kResultFieldCount));
+  PackStr(pk, "v");
+  pk.pack_uint64(kProtocolVersion);
+  VisitResultFields(r, ResultPacker{pk});
 }
 
 // Common head of every event: v, type, seq (in that order, as the started vector requires).
@@ -207,38 +186,60 @@ bool ValidTemplateName(std::string_view name) {
   return true;
 }
 
-std::string_view ErrorCodeName(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kBadPayload: return "bad_payload";
-    case ErrorCode::kBadVersion: return "bad_version";
-    case ErrorCode::kBadField: return "bad_field";
-    case ErrorCode::kTooLarge: return "too_large";
-    case ErrorCode::kExecFailed: return "exec_failed";
-    case ErrorCode::kCancelled: return "cancelled";
-    case ErrorCode::kWorkerLost: return "worker_lost";
-    case ErrorCode::kSandboxFailed: return "sandbox_failed";
-    case ErrorCode::kShutdown: return "shutdown";
-    case ErrorCode::kInternal: return "internal";
+namespace {
+
+// Every error code: its name on the wire, and whether retrying (with a new id) may help.
+struct ErrorCodeInfo {
+  ErrorCode code;
+  std::string_view name;
+  bool retryable;
+};
+constexpr ErrorCodeInfo kErrorCodes[] = {
+    {ErrorCode::kBadPayload, "bad_payload", false},
+    {ErrorCode::kBadVersion, "bad_version", false},
+    {ErrorCode::kBadField, "bad_field", false},
+    {ErrorCode::kTooLarge, "too_large", false},
+    {ErrorCode::kExecFailed, "exec_failed", false},
+    {ErrorCode::kCancelled, "cancelled", false},
+    {ErrorCode::kWorkerLost, "worker_lost", true},
+    {ErrorCode::kSandboxFailed, "sandbox_failed", true},
+    {ErrorCode::kShutdown, "shutdown", true},
+    {ErrorCode::kInternal, "internal", true},
+    {ErrorCode::kSessionNotFound, "session_not_found", false},
+    {ErrorCode::kSessionLost, "session_lost", false},
+    {ErrorCode::kSessionStopped, "session_stopped", false},
+    {ErrorCode::kSessionBusy, "session_busy", true},
+    {ErrorCode::kHostFull, "host_full", true},
+    {ErrorCode::kTemplateMismatch, "template_mismatch", false},
+    {ErrorCode::kNotFound, "not_found", false},
+    {ErrorCode::kExists, "exists", false},
+    {ErrorCode::kIsADirectory, "is_a_directory", false},
+    {ErrorCode::kNotADirectory, "not_a_directory", false},
+    {ErrorCode::kNotAFile, "not_a_file", false},
+    {ErrorCode::kNotEmpty, "not_empty", false},
+    {ErrorCode::kPermission, "permission", false},
+    {ErrorCode::kNoSpace, "no_space", false},
+    {ErrorCode::kConflict, "conflict", false},
+    {ErrorCode::kProcessExited, "process_exited", false},
+    {ErrorCode::kUnsupported, "unsupported", false},
+};
+
+const ErrorCodeInfo& InfoOf(ErrorCode code) {
+  for (const ErrorCodeInfo& e : kErrorCodes) {
+    if (e.code == code) return e;
   }
-  return "internal";
+  return kErrorCodes[9];  // internal
 }
 
-bool ErrorCodeRetryable(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kWorkerLost:
-    case ErrorCode::kSandboxFailed:
-    case ErrorCode::kShutdown:
-    case ErrorCode::kInternal:
-      return true;
-    default:
-      return false;
-  }
-}
+}  // namespace
+
+std::string_view ErrorCodeName(ErrorCode code) { return InfoOf(code).name; }
+
+bool ErrorCodeRetryable(ErrorCode code) { return InfoOf(code).retryable; }
 
 std::optional<ErrorCode> ParseErrorCode(std::string_view name) {
-  for (int i = 0; i <= static_cast<int>(ErrorCode::kInternal); ++i) {
-    auto c = static_cast<ErrorCode>(i);
-    if (ErrorCodeName(c) == name) return c;
+  for (const ErrorCodeInfo& e : kErrorCodes) {
+    if (e.name == name) return e.code;
   }
   return std::nullopt;
 }

@@ -14,8 +14,12 @@
 
 namespace sandpool {
 
+// The version of the maps this daemon writes for jobs (results, events); the job map is the same
+// in every version it reads (1 .. kMaxProtocolVersion; version 2 adds sessions, PROTOCOL.md).
 inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kMaxProtocolVersion = 2;
 
+// PROTOCOL.md sections 8 (jobs) and 19 (sessions); kErrorCodes in protocol.cc names each.
 enum class ErrorCode {
   kBadPayload,
   kBadVersion,
@@ -27,8 +31,26 @@ enum class ErrorCode {
   kSandboxFailed,
   kShutdown,
   kInternal,
+  // Version 2: sessions.
+  kSessionNotFound,
+  kSessionLost,
+  kSessionStopped,
+  kSessionBusy,
+  kHostFull,
+  kTemplateMismatch,
+  kNotFound,
+  kExists,
+  kIsADirectory,
+  kNotADirectory,
+  kNotAFile,
+  kNotEmpty,
+  kPermission,
+  kNoSpace,
+  kConflict,
+  kProcessExited,
+  kUnsupported,
 };
-// "bad_payload", "bad_version", ... as in PROTOCOL.md section 8.
+// "bad_payload", "bad_version", ... as in PROTOCOL.md sections 8 and 19.
 std::string_view ErrorCodeName(ErrorCode code);
 bool ErrorCodeRetryable(ErrorCode code);
 std::optional<ErrorCode> ParseErrorCode(std::string_view name);

@@ -51,7 +51,12 @@ struct DaemonConfig {
   uint32_t node_workers = 1, node_max_workers = 4;
   uint32_t max_sandboxes = 64;       // host-wide: pool slots across all templates
   uint64_t memory_budget_bytes = 0;  // host-wide: sum of the slots' memory limits (0: 3/4 of RAM)
-  std::string state_dir = "/var/lib/sandpool";  // template layers
+  std::string state_dir = "/var/lib/sandpool";  // template layers, session disks
+  // Sessions (PROTOCOL.md section 17).
+  uint64_t session_disk_bytes = 1ull << 30;       // a session's disk when it names none
+  uint64_t max_session_disk_bytes = 64ull << 30;  // the largest it may name
+  uint64_t session_idle_timeout_ms = 1800000;     // when it names none (0: never)
+  uint32_t session_spares = 1;                    // warm session sandboxes per template in use
   uint64_t setup_timeout_ms = 600000;
   std::vector<TemplateConfig> templates;  // [0] is "default"
 };

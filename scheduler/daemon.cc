@@ -61,6 +61,7 @@ Status Daemon::Start() {
                           metrics_.SetRedisConnected(true);
                           stream_reader_->OnCommandConnected();
                           ledger_->FlushPending();  // results that waited for Redis go first
+                          sessions_->OnCommandConnected();
                           Heartbeat();
                         },
                         [this] {
@@ -102,6 +103,10 @@ Status Daemon::Start() {
     Drain("spawner lost");
   });
   if (!s.ok()) return s;
+  sessions_ = std::make_unique<Sessions>(base_, config_, keys_, cmd_.get(), ledger_.get(), pools_.get(), &metrics_,
+                                         [this] { MaybeExit(); });
+  s = sessions_->Start();
+  if (!s.ok()) return s.Prefixed("sessions");
 
   // Forwarded entries are announced here, so that a daemon with a free slot takes them at once.
   sub_->Subscribe(keys_.prefix() + ":fwd", [this](redisReply*) { stream_reader_->Read(); });
@@ -296,6 +301,7 @@ void Daemon::OnJobFinished(Slot& s, const SlotJob& job, JobResult&& r) {
 }
 
 void Daemon::OnCancel(const std::string& job_id) {
+  if (sessions_->Cancel(job_id)) return;
   auto it = running_.find(job_id);
   if (it == running_.end()) {
     // Queued, here or elsewhere: its cancelled result is stored at once if nobody runs it. If
@@ -351,6 +357,7 @@ void Daemon::Heartbeat() {
   // Cancels never depend on pub/sub alone: the flags of what runs here are read every beat.
   std::vector<std::string> ids;
   for (const auto& [id, slot] : running_) ids.push_back(id);
+  for (std::string& id : sessions_->RunningOps()) ids.push_back(std::move(id));
   ledger_->CheckCancels(ids, [this](const std::string& id) { OnCancel(id); });
   WriteHeartbeatRecord();
   std::vector<std::string> streams = stream_reader_->Streams();
@@ -384,6 +391,7 @@ void Daemon::Heartbeat() {
   for (const auto& w : waiting_) waiting.push_back(w.size());
   pools_->Resize(waiting);
   stream_reader_->Heartbeat();
+  sessions_->Heartbeat();
 }
 
 // The daemon's record (PROTOCOL.md section 1): who is alive and what it can take.
@@ -451,11 +459,13 @@ void Daemon::Drain(const char* why) {
     w.clear();
   }
   if (stream_reader_) stream_reader_->Stop();
+  if (sessions_) sessions_->Drain();
   MaybeExit();
 }
 
 void Daemon::OnGraceTimer(evutil_socket_t, short, void* arg) {
   auto* self = static_cast<Daemon*>(arg);
+  if (self->sessions_) self->sessions_->StopAll();
   if (!self->running_.empty()) {
     LogWarn("grace period over: killing running jobs", {{"count", static_cast<uint64_t>(self->running_.size())}});
     for (auto& [id, slot] : self->running_) slot->Kill(KillReason::kShutdown);
@@ -470,6 +480,7 @@ void Daemon::OnGraceTimer(evutil_socket_t, short, void* arg) {
 void Daemon::MaybeExit() {
   if (!draining_) return;
   if (!running_.empty() || (pools_ && pools_->AnyBusy())) return;
+  if (sessions_ && !sessions_->Idle()) return;
   if (ledger_->pending_results() > 0 && cmd_->connected()) return;  // still being written
   if (ledger_->pending_results() > 0) {
     LogWarn("leaving with results not stored (Redis unreachable); their entries stay pending",
@@ -481,6 +492,7 @@ void Daemon::MaybeExit() {
 }
 
 void Daemon::Stop() {
+  if (sessions_) sessions_->Close();
   if (pools_) pools_->ShutdownAll();
   if (cmd_) cmd_->Close();
   if (reader_) reader_->Close();
@@ -501,14 +513,8 @@ void Daemon::Stop() {
       ::usleep(2000);
     }
   }
-  size_t slots = pools_ ? pools_->slots().size() : 0;
-  for (const auto& [ctrl, dir] : layout_.instance_dirs) {
-    for (uint32_t i = 0; i < slots; ++i) {
-      std::string slot_dir = dir + "/slot-" + std::to_string(i);
-      for (int tries = 0; tries < 100 && ::rmdir(slot_dir.c_str()) != 0 && errno == EBUSY; ++tries) ::usleep(20000);
-    }
-    if (layout_.mode == CgroupMode::kV1) ::rmdir(dir.c_str());
-  }
+  Status removed = RemoveSlotCgroups(layout_);
+  if (!removed.ok()) LogWarn("cgroups left behind", {{"error", removed.message()}});
   LogInfo("sandpoold stopped");
 }
 

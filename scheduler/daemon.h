@@ -5,6 +5,7 @@
 //   Admit         entry -> valid job and its template, or why not (intake.h)
 //   Pools         the slots and their keepers, sized to demand (pools.h)
 //   JobLedger     claims, results, rejections, cancels and leases in Redis (job_ledger.h)
+//   Sessions      the sessions this daemon holds, and their operations (sessions.h)
 //   Daemon        glues them: a job read is admitted, claimed and started in a slot of its
 //                 template (or waits for one, or is forwarded to a daemon that has one), its
 //                 events are published, its result stored; plus signals, heartbeats, drain.
@@ -33,6 +34,7 @@
 #include "scheduler/job_ledger.h"
 #include "scheduler/pools.h"
 #include "scheduler/redis_async.h"
+#include "scheduler/sessions.h"
 #include "scheduler/stream_reader.h"
 #include "worker/cgroup.h"
 #include "worker/spawner.h"
@@ -91,6 +93,7 @@ class Daemon {
   std::unique_ptr<Pools> pools_;
   std::unique_ptr<JobLedger> ledger_;
   std::unique_ptr<StreamReader> stream_reader_;
+  std::unique_ptr<Sessions> sessions_;
 
   bool draining_ = false;
   int exit_code_ = 0;

@@ -9,15 +9,6 @@
 namespace sandpool {
 namespace {
 
-std::string ReplyString(const redisReply* r) {
-  if (r == nullptr) return {};
-  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR) {
-    return std::string(r->str, r->len);
-  }
-  if (r->type == REDIS_REPLY_INTEGER) return std::to_string(r->integer);
-  return {};
-}
-
 // Dead letters keep the start of the raw payload only, and the stream is capped, so that bad
 // input cannot fill Redis: at most kDeadLetters entries of about kDeadRaw bytes each.
 constexpr size_t kDeadRaw = 4 << 10;
@@ -64,6 +55,11 @@ void JobLedger::Finish(JobResult result, const std::string& stream, const std::s
   f.event = EncodeExitedEvent(seq, result);
   f.result = EncodeResult(result);
   SendFinish(std::move(f));
+}
+
+void JobLedger::FinishEncoded(const std::string& id, uint32_t attempt, std::string result, std::string event,
+                              const std::string& stream, const std::string& entry) {
+  SendFinish(PendingFinish{id, stream, entry, std::to_string(attempt), std::move(result), std::move(event)});
 }
 
 void JobLedger::SendFinish(PendingFinish f) {
@@ -118,10 +114,13 @@ void JobLedger::Reject(const std::string& job_id, const std::string& stream, con
   r.attempt = 0;  // it never ran
   r.worker = config_.consumer;
   r.error = JobError{code, std::move(message)};
-  std::string result = EncodeResult(r);
-  std::string event = EncodeExitedEvent(0, r);
-  // A rejection that cannot be stored now is found again by the own-pending scan.
-  bool sent = cmd_->Command({"EVAL", kRejectScript, "3", keys_.Result(job_id), stream, keys_.Out(job_id), entry, result,
+  Answer(job_id, stream, entry, EncodeResult(r), EncodeExitedEvent(0, r));
+}
+
+void JobLedger::Answer(const std::string& id, const std::string& stream, const std::string& entry,
+                       const std::string& result, const std::string& event) {
+  // One that cannot be stored now is found again by the own-pending scan.
+  bool sent = cmd_->Command({"EVAL", kRejectScript, "3", keys_.Result(id), stream, keys_.Out(id), entry, result,
                              std::to_string(config_.result_ttl_s), event, std::string(Keys::kGroup)},
                             [this, entry](redisReply* reply) {
                               if (reply != nullptr && reply->type != REDIS_REPLY_ERROR) held_.erase(entry);

@@ -47,6 +47,14 @@ class JobLedger {
              std::function<void(Verdict, uint32_t attempt)> done);
   // Stores `result` (FINISH), now or as soon as Redis can take it. seq: the exited event's.
   void Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq);
+  // The same for a result already encoded (a session operation's, PROTOCOL.md section 13), with
+  // its exited event; `attempt` is the claim's.
+  void FinishEncoded(const std::string& id, uint32_t attempt, std::string result, std::string event,
+                     const std::string& stream, const std::string& entry);
+  // Answers an entry that was never claimed (REJECT: stored unless the id has a result, published,
+  // acked and deleted), with a result already encoded.
+  void Answer(const std::string& id, const std::string& stream, const std::string& entry, const std::string& result,
+              const std::string& event);
   // An entry that cannot run: its error result (REJECT), and the raw entry to the dead-letter
   // stream when `dead_letter`.
   void Reject(const std::string& job_id, const std::string& stream, const std::string& entry, ErrorCode code,

@@ -23,9 +23,9 @@ void LoopChannel::Close() {
   channel_ = Channel();
 }
 
-Status LoopChannel::Send(uint16_t type, std::string_view payload) {
+Status LoopChannel::Send(uint16_t type, std::string_view payload, const std::vector<int>& fds) {
   if (!open()) return Status::Error("channel closed");
-  Status s = channel_.Send(type, payload);
+  Status s = channel_.Send(type, payload, fds);
   if (!s.ok()) {
     // The peer is gone; the closed handler runs from the loop, not from inside the caller.
     event_active(read_ev_, EV_READ, 0);

@@ -39,7 +39,8 @@ class LoopChannel {
   bool open() const { return channel_.valid(); }
   // Sends a frame; what the socket does not take now is queued and written as it drains. An
   // error means the peer is gone (the closed handler also runs, from the loop).
-  Status Send(uint16_t type, std::string_view payload);
+  // `fds` are borrowed and travel with the frame's first byte (never queued).
+  Status Send(uint16_t type, std::string_view payload, const std::vector<int>& fds = {});
   size_t QueuedBytes() const { return channel_.QueuedBytes(); }
   // Frees the events and closes the fd; queued bytes are dropped.
   void Close();

@@ -23,7 +23,15 @@ Pools::Pools(struct event_base* base, const DaemonConfig& config, Metrics* metri
 Status Pools::Start(UniqueFd spawner, SlotHooks hooks, std::function<void(const Status&)> on_spawner_lost) {
   hooks_ = std::move(hooks);
   hooks_.on_keeper_lost = [this](Slot& s) { OnKeeperLost(s); };
-  spawner_.Open(base_, std::move(spawner), [this](Frame& f) { OnSpawnerFrame(f); }, std::move(on_spawner_lost));
+  spawner_.Open(base_, std::move(spawner), [this](Frame& f) { OnSpawnerFrame(f); },
+                [this, lost = std::move(on_spawner_lost)](const Status& why) {
+                  // Whoever waits for a keeper or a disk hears now that none is coming.
+                  auto keepers = std::move(keeper_waits_);
+                  auto disks = std::move(disk_waits_);
+                  for (auto& [slot, done] : keepers) done(KeeperHandle{});
+                  for (auto& [req, done] : disks) done("the spawner is gone");
+                  if (lost) lost(why);
+                });
   for (uint32_t t = 0; t < config_.templates.size(); ++t) {
     for (uint32_t k = 0; k < config_.templates[t].min_workers; ++k) {
       if (!Grow(t, "minimum")) {
@@ -41,7 +49,25 @@ void Pools::SpawnKeeper(uint32_t slot) {
 }
 
 void Pools::OnSpawnerFrame(Frame& f) {
+  if (f.type == static_cast<uint16_t>(MsgType::kDiskMade)) {
+    DiskMadeMsg made;
+    if (!Decode(f.payload, &made).ok()) return;
+    auto it = disk_waits_.find(made.request);
+    if (it == disk_waits_.end()) return;
+    auto done = std::move(it->second);
+    disk_waits_.erase(it);
+    done(made.error);
+    return;
+  }
   KeeperMsg m;
+  if (f.type == static_cast<uint16_t>(MsgType::kKeeper) && Decode(f.payload, &m).ok() && m.slot >= SessionSlotBase()) {
+    auto it = keeper_waits_.find(m.slot);
+    if (it == keeper_waits_.end() || f.fds.size() != 2) return;
+    auto done = std::move(it->second);
+    keeper_waits_.erase(it);
+    done(KeeperHandle{m.slot, m.pid, std::move(f.fds[0]), std::move(f.fds[1])});
+    return;
+  }
   if (f.type != static_cast<uint16_t>(MsgType::kKeeper) || !Decode(f.payload, &m).ok() || f.fds.size() != 2 ||
       m.slot >= slots_.size() || !slots_[m.slot]->active) {
     return;  // a keeper for a slot retired meanwhile: dropping the fd makes it exit
@@ -113,17 +139,84 @@ uint32_t Pools::PoolSize(uint32_t t) const {
   return n;
 }
 
+void Pools::Held(uint32_t* sandboxes, uint64_t* memory) const {
+  *sandboxes = static_cast<uint32_t>(session_count_);
+  *memory = session_memory_;
+  for (const auto& s : slots_) {
+    if (!s->active) continue;
+    ++*sandboxes;
+    *memory += config_.templates[s->template_index()].sandbox.cgroup.memory_bytes;
+  }
+}
+
+bool Pools::SessionFits(uint64_t memory_bytes) const {
+  uint32_t held = 0;
+  uint64_t memory = 0;
+  Held(&held, &memory);
+  return !draining_ && held < config_.max_sandboxes && memory + memory_bytes <= memory_budget_;
+}
+
+bool Pools::TakeSessionBudget(uint64_t memory_bytes) {
+  if (!SessionFits(memory_bytes)) return false;
+  ++session_count_;
+  session_memory_ += memory_bytes;
+  return true;
+}
+
+void Pools::ReturnSessionBudget(uint64_t memory_bytes) {
+  if (session_count_ > 0) --session_count_;
+  session_memory_ -= std::min(session_memory_, memory_bytes);
+}
+
+uint32_t Pools::SessionSlotBase() const {
+  return config_.max_sandboxes + static_cast<uint32_t>(config_.templates.size());
+}
+
+uint64_t Pools::UidSpan(const DaemonConfig& config) {
+  return 2ull * (2ull * config.max_sandboxes + 2ull * config.templates.size());
+}
+
+void Pools::SpawnSessionKeeper(uint32_t t, std::function<void(KeeperHandle)> done) {
+  uint32_t slot = SessionSlotBase();
+  while (session_slots_.count(slot)) ++slot;
+  if (slot >= SessionSlotBase() + config_.max_sandboxes + config_.templates.size()) {
+    done(KeeperHandle{});  // more keepers than sandboxes could ever run: refused
+    return;
+  }
+  SpawnKeeperMsg m{slot, t, true};
+  Status s = spawner_.Send(static_cast<uint16_t>(MsgType::kSpawnKeeper), Encode(m));
+  if (!s.ok()) {
+    done(KeeperHandle{});
+    return;
+  }
+  session_slots_.insert(slot);
+  keeper_waits_[slot] = std::move(done);
+}
+
+void Pools::ReleaseSessionSlot(uint32_t slot) {
+  keeper_waits_.erase(slot);
+  session_slots_.erase(slot);
+}
+
+void Pools::MakeDisk(const std::string& path, uint64_t bytes, std::function<void(std::string)> done) {
+  uint64_t req = next_disk_request_++;
+  Status s = spawner_.Send(static_cast<uint16_t>(MsgType::kMakeDisk), Encode(MakeDiskMsg{req, path, bytes}));
+  if (!s.ok()) {
+    done("the spawner is gone");
+    return;
+  }
+  disk_waits_[req] = std::move(done);
+}
+
 bool Pools::Grow(uint32_t tmpl, const char* why) {
   if (draining_) return false;
   const TemplateConfig& t = config_.templates[tmpl];
   uint32_t active = 0;
   uint64_t memory = 0;
+  Held(&active, &memory);
   int free_index = -1;
   for (uint32_t i = 0; i < slots_.size(); ++i) {
-    if (slots_[i]->active) {
-      ++active;
-      memory += config_.templates[slots_[i]->template_index()].sandbox.cgroup.memory_bytes;
-    } else if (free_index < 0 && !slots_[i]->has_keeper() && !slots_[i]->busy()) {
+    if (!slots_[i]->active && free_index < 0 && !slots_[i]->has_keeper() && !slots_[i]->busy()) {
       free_index = static_cast<int>(i);
     }
   }
@@ -136,6 +229,7 @@ bool Pools::Grow(uint32_t tmpl, const char* why) {
     index = static_cast<uint32_t>(free_index);
   } else {
     index = static_cast<uint32_t>(slots_.size());
+    if (index >= config_.max_sandboxes) return false;  // past the pools' uid range (SessionSlotBase)
     slots_.push_back(nullptr);
   }
   slots_[index] = std::make_unique<Slot>(base_, index, tmpl, t.sandbox.runtime, t.env, hooks_);

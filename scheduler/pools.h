@@ -12,6 +12,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "metrics/metrics.h"
@@ -60,6 +62,33 @@ class Pools {
   void UpdateGauges();
 
   std::vector<std::unique_ptr<Slot>>& slots() { return slots_; }
+
+  // ---- Sessions (sessions.h): their keepers, disks and share of the host budget ----
+  // A slot number picks the sandbox's host uids (--uid-base + 2n, + 2n + 1) and its cgroup, so
+  // no two sandboxes of a daemon may share one. The daemon's range, in slot numbers:
+  //   [0, max-sandboxes)                          pool slots
+  //   [max-sandboxes, + templates)                template builds (main.cc)
+  //   [SessionSlotBase(), + max-sandboxes + templates)  session keepers (running, and spares)
+  uint32_t SessionSlotBase() const;
+  // How many host uids the daemon uses from --uid-base (docs/SECURITY.md).
+  static uint64_t UidSpan(const DaemonConfig& config);
+  struct KeeperHandle {
+    uint32_t slot = 0;
+    pid_t pid = -1;
+    UniqueFd channel, pidfd;
+  };
+  // Starts a session keeper of template `t`; `done` gets it, or an invalid handle (channel not
+  // valid) if the spawner is gone. The slot number is the caller's until ReleaseSessionSlot.
+  void SpawnSessionKeeper(uint32_t t, std::function<void(KeeperHandle)> done);
+  void ReleaseSessionSlot(uint32_t slot);
+  // Makes a new session disk image (the spawner runs mke2fs); `done` gets "" or why not.
+  void MakeDisk(const std::string& path, uint64_t bytes, std::function<void(std::string error)> done);
+  // The host budget (--max-sandboxes, --memory-budget) is shared: a running session holds one
+  // sandbox and its memory limit. Take returns false when it does not fit.
+  bool SessionFits(uint64_t memory_bytes) const;
+  bool TakeSessionBudget(uint64_t memory_bytes);
+  void ReturnSessionBudget(uint64_t memory_bytes);
+  size_t running_sessions() const { return session_count_; }
   // Closes every keeper's channel (they exit, and their sandboxes with them).
   void ShutdownAll();
 
@@ -72,6 +101,8 @@ class Pools {
   };
 
   void SpawnKeeper(uint32_t slot);
+  // Sandboxes and memory held now by active slots and running sessions.
+  void Held(uint32_t* sandboxes, uint64_t* memory) const;
   void OnSpawnerFrame(Frame& f);
   void OnKeeperLost(Slot& s);
 
@@ -85,6 +116,12 @@ class Pools {
   std::vector<size_t> pool_metrics_;  // per template: its index in metrics_
   std::map<uint32_t, int> respawn_backoff_ms_;
   uint64_t memory_budget_ = 0;
+  size_t session_count_ = 0;
+  uint64_t session_memory_ = 0;
+  std::set<uint32_t> session_slots_;  // in use
+  std::map<uint32_t, std::function<void(KeeperHandle)>> keeper_waits_;  // slot -> who waits
+  std::map<uint64_t, std::function<void(std::string)>> disk_waits_;     // request -> who waits
+  uint64_t next_disk_request_ = 1;
   bool draining_ = false;
 };
 

@@ -173,4 +173,13 @@ void RedisAsync::OnMessage(redisAsyncContext* ac, void* reply, void* priv) {
   }
 }
 
+std::string ReplyString(const redisReply* r) {
+  if (r == nullptr) return {};
+  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR) {
+    return std::string(r->str, r->len);
+  }
+  if (r->type == REDIS_REPLY_INTEGER) return std::to_string(r->integer);
+  return {};
+}
+
 }  // namespace sandpool

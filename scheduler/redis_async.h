@@ -92,4 +92,8 @@ class RedisAsync {
   std::shared_ptr<RedisAsync*> self_;
 };
 
+// A reply's text: strings, statuses and errors as they are, integers in decimal; "" otherwise
+// (and for nullptr).
+std::string ReplyString(const redisReply* r);
+
 }  // namespace sandpool

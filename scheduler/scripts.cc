@@ -114,4 +114,48 @@ return out
 
 #undef SANDPOOL_LUA_NOW_MS
 
+const char* const kSessionRouteScript = R"lua(
+local mine = redis.call('XPENDING', KEYS[1], ARGV[2], ARGV[1], ARGV[1], 1, ARGV[3])
+if #mine == 0 then return 'gone' end
+local holder = redis.call('HGET', KEYS[2], 'consumer')
+if not holder then
+  if ARGV[6] ~= 'create' then return 'none' end
+  holder = ARGV[3]
+  redis.call('HSET', KEYS[2], 'state', 'creating', 'consumer', holder, 'created_ms', ARGV[5], 'last_used_ms', ARGV[5])
+  redis.call('SADD', KEYS[3], ARGV[9])
+  redis.call('SADD', ARGV[10] .. holder, ARGV[9])
+  redis.call('SADD', ARGV[11], holder)
+end
+local to = ARGV[4] .. holder
+pcall(redis.call, 'XGROUP', 'CREATE', to, ARGV[2], '0', 'MKSTREAM')
+redis.call('XADD', to, '*', 'id', ARGV[7], 'req', ARGV[8])
+redis.call('XACK', KEYS[1], ARGV[2], ARGV[1])
+redis.call('XDEL', KEYS[1], ARGV[1])
+return holder
+)lua";
+
+const char* const kSessionExpireScript = R"lua(
+if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 'taken' end
+if #redis.call('XPENDING', KEYS[1], ARGV[2], ARGV[1], ARGV[1], 1) > 0 then return 'taken' end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4])
+  redis.call('PUBLISH', KEYS[3], ARGV[5])
+end
+redis.call('XDEL', KEYS[1], ARGV[1])
+return 'ok'
+)lua";
+
+const char* const kSessionLoseScript = R"lua(
+local n = 0
+for _, sid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local key = ARGV[1] .. sid
+  local state = redis.call('HGET', key, 'state')
+  if state and state ~= 'destroyed' and state ~= 'lost' then
+    redis.call('HSET', key, 'state', 'lost', 'error', ARGV[2])
+    n = n + 1
+  end
+end
+return n
+)lua";
+
 }  // namespace sandpool

@@ -41,6 +41,29 @@
 //
 // CANCEL_FLAGS KEYS: job hashes            ARGV: none
 //   -> the 1-based indices of the hashes whose `cancel` is "1".
+//
+// Sessions (PROTOCOL.md sections 12-14). These scripts also touch keys they compute from their
+// arguments (the holder's stream, set members' records): fine on one Redis (the daemon never
+// talks to a cluster), and it keeps each step atomic.
+//
+// SESSION_ROUTE KEYS: session intake stream, session record, sessions set
+//        ARGV: entry id, group, consumer, holder-stream prefix ("<p>:sreq:<queue>:"), now ms,
+//              op, op id, request bytes, session id, host-sessions prefix ("<p>:host-sessions:"),
+//              session-hosts set
+//   -> "gone" (the entry is no longer pending for this consumer: nothing done), "none" (no
+//      session has that id and the op is not a create: nothing done, the caller answers), or the
+//      holder's consumer name: the entry was moved to the holder's stream (acked and deleted
+//      here). A create of an id nobody holds makes its record first (state "creating", held by
+//      this consumer).
+//
+// SESSION_EXPIRE KEYS: session intake stream, result key, out channel
+//        ARGV: entry id, group, result bytes, ttl s, exited-event bytes
+//   -> "ok" when the entry was still waiting, undelivered (nobody had room for it), and was
+//      answered (its result stored and published, the entry deleted); "taken" otherwise.
+//
+// SESSION_LOSE KEYS: the dead daemon's host-sessions set
+//        ARGV: record prefix ("<p>:session:"), message
+//   -> how many of its sessions were marked "lost" (every one not destroyed or lost already).
 #pragma once
 
 namespace sandpool {
@@ -52,5 +75,8 @@ extern const char* const kCancelQueuedScript;
 extern const char* const kRefreshScript;
 extern const char* const kForwardScript;
 extern const char* const kCancelFlagsScript;
+extern const char* const kSessionRouteScript;
+extern const char* const kSessionExpireScript;
+extern const char* const kSessionLoseScript;
 
 }  // namespace sandpool

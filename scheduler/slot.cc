@@ -15,11 +15,9 @@
 namespace sandpool {
 namespace {
 
-constexpr size_t kChunk = 65536;
 // After the sandbox is gone its pipes reach EOF at once; this only guards against a writer we
 // did not foresee keeping one open.
 constexpr int kDrainMs = 2000;
-const char* const kStreamName[2] = {"stdout", "stderr"};
 
 struct timeval Ms(int64_t ms) {
   return {static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
@@ -168,8 +166,6 @@ void Slot::Launch() {
   result_.attempt = job_->attempt;
   result_.queue_wait_us = job_->queue_wait_us;
   exited_ = false;
-  eof_[0] = eof_[1] = false;
-  stdin_off_ = 0;
   launched_ = true;
   sandbox_ready_ = false;  // this sandbox is the job's now
 
@@ -199,16 +195,15 @@ void Slot::Launch() {
   run.pids = job_->pids;
   SendToKeeper(MsgType::kRun, Encode(run));
 
-  for (int i = 0; i < 2; ++i) {
-    pipe_ev_[i] = event_new(base_, pipes_[i].get(), EV_READ | EV_PERSIST, &Slot::OnPipe, this);
-    event_add(pipe_ev_[i], nullptr);
-  }
-  if (spec.stdin_data.empty()) {
-    stdin_.reset();
-  } else {
-    stdin_ev_ = event_new(base_, stdin_.get(), EV_WRITE | EV_PERSIST, &Slot::OnStdin, this);
-    WriteStdin();
-  }
+  ProcessIo::Hooks io;
+  io.on_output = [this](std::string_view stream, std::string_view data) {
+    NotifyStarted();  // output can overtake the keeper's Started; events stay in order
+    if (hooks_.on_output) hooks_.on_output(*this, stream, data);
+  };
+  io.on_cap = [this] { Kill(KillReason::kOutputLimit); };
+  io.on_eof = [this] { MaybeFinish(); };
+  io_.Start(base_, std::move(stdin_), std::move(pipes_[0]), std::move(pipes_[1]), spec.stdin_data,
+            spec.max_output_bytes, false, false, std::move(io));
   struct timeval tv = Ms(static_cast<int64_t>(spec.timeout_ms));
   evtimer_add(timeout_ev_, &tv);  // (re)armed: the wall timeout counts from here
 }
@@ -230,69 +225,6 @@ bool Slot::RetryUnstarted(const char* why) {
     AcceptReady(ready);
   }
   return true;
-}
-
-void Slot::WriteStdin() {
-  const std::string& data = job_->spec.stdin_data;
-  while (stdin_off_ < data.size()) {
-    ssize_t n = ::write(stdin_.get(), data.data() + stdin_off_, data.size() - stdin_off_);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        event_add(stdin_ev_, nullptr);
-        return;
-      }
-      break;  // EPIPE: the job closed its stdin; the rest is dropped
-    }
-    stdin_off_ += static_cast<size_t>(n);
-  }
-  if (stdin_ev_ != nullptr) {
-    event_free(stdin_ev_);
-    stdin_ev_ = nullptr;
-  }
-  stdin_.reset();
-}
-
-void Slot::OnStdin(evutil_socket_t, short, void* arg) { static_cast<Slot*>(arg)->WriteStdin(); }
-
-void Slot::OnPipe(evutil_socket_t fd, short, void* arg) {
-  auto* self = static_cast<Slot*>(arg);
-  self->ReadPipe(fd == self->pipes_[0].get() ? 0 : 1);
-}
-
-void Slot::ReadPipe(int which) {
-  std::string& kept = which == 0 ? result_.stdout_data : result_.stderr_data;
-  uint64_t& dropped = which == 0 ? result_.stdout_dropped_bytes : result_.stderr_dropped_bytes;
-  bool& truncated = which == 0 ? result_.stdout_truncated : result_.stderr_truncated;
-  const uint64_t cap = job_->spec.max_output_bytes;
-  char buf[kChunk];
-  // Bounded work per callback, so one flooding job cannot starve the loop.
-  for (int round = 0; round < 4; ++round) {
-    ssize_t n = ::read(pipes_[which].get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return;
-    if (n <= 0) {
-      eof_[which] = true;
-      event_free(pipe_ev_[which]);
-      pipe_ev_[which] = nullptr;
-      pipes_[which].reset();
-      MaybeFinish();
-      return;
-    }
-    size_t len = static_cast<size_t>(n);
-    size_t room = kept.size() < cap ? static_cast<size_t>(cap - kept.size()) : 0;
-    size_t keep = std::min(len, room);
-    if (keep > 0) {
-      NotifyStarted();  // output can overtake the keeper's Started; events stay in order
-      kept.append(buf, keep);
-      if (hooks_.on_output) hooks_.on_output(*this, kStreamName[which], std::string_view(buf, keep));
-    }
-    if (keep < len) {
-      dropped += len - keep;
-      truncated = true;
-      Kill(KillReason::kOutputLimit);
-    }
-  }
 }
 
 void Slot::Kill(KillReason reason) {
@@ -330,20 +262,15 @@ void Slot::OnTimeout(evutil_socket_t, short, void* arg) {
     return;
   }
   // Drain deadline passed: stop waiting for EOF.
-  for (int i = 0; i < 2; ++i) {
-    if (!self->eof_[i]) {
-      LogWarn("job output pipe still open after the sandbox ended; closing it", {{"slot", self->index_}});
-      self->eof_[i] = true;
-      if (self->pipe_ev_[i]) event_free(self->pipe_ev_[i]);
-      self->pipe_ev_[i] = nullptr;
-      self->pipes_[i].reset();
-    }
+  if (!self->io_.eof()) {
+    LogWarn("job output pipe still open after the sandbox ended; closing it", {{"slot", self->index_}});
+    self->io_.GiveUp();
   }
   self->MaybeFinish();
 }
 
 void Slot::MaybeFinish() {
-  if (!launched_ || !exited_ || !eof_[0] || !eof_[1]) return;
+  if (!launched_ || !exited_ || !io_.eof()) return;
   FinishNow(exited_msg_);
 }
 
@@ -355,6 +282,15 @@ void Slot::FinishNow(ExitedMsg exited) {
     result_.id = job_->spec.id;
     result_.attempt = job_->attempt;
     result_.queue_wait_us = job_->queue_wait_us;
+  }
+  if (launched_) {
+    ProcessIo::Output& out = io_.output();
+    result_.stdout_data = std::move(out.data[0]);
+    result_.stderr_data = std::move(out.data[1]);
+    result_.stdout_truncated = out.truncated[0];
+    result_.stderr_truncated = out.truncated[1];
+    result_.stdout_dropped_bytes = out.dropped[0];
+    result_.stderr_dropped_bytes = out.dropped[1];
   }
   FillOutcome(exited, kill_, &result_);
   if (result_.error && result_.error->code == ErrorCode::kExecFailed && !job_->spec.argv.empty() &&
@@ -382,14 +318,7 @@ void Slot::DropSandbox() {
 void Slot::ResetLaunch() {
   evtimer_del(timeout_ev_);
   evtimer_del(kill_answer_ev_);
-  for (int i = 0; i < 2; ++i) {
-    if (pipe_ev_[i] != nullptr) event_free(pipe_ev_[i]);
-    pipe_ev_[i] = nullptr;
-    pipes_[i].reset();
-  }
-  if (stdin_ev_ != nullptr) event_free(stdin_ev_);
-  stdin_ev_ = nullptr;
-  stdin_.reset();
+  io_.Stop();
   launched_ = false;
   exited_ = false;
 }

@@ -29,6 +29,7 @@
 #include "queue/protocol.h"
 #include "scheduler/loop_channel.h"
 #include "scheduler/outcome.h"
+#include "scheduler/process_io.h"
 #include "worker/messages.h"
 
 namespace sandpool {
@@ -102,8 +103,6 @@ class Slot {
   void Shutdown();
 
  private:
-  static void OnPipe(evutil_socket_t fd, short, void* arg);
-  static void OnStdin(evutil_socket_t fd, short, void* arg);
   static void OnTimeout(evutil_socket_t, short, void* arg);
   static void OnKillUnanswered(evutil_socket_t, short, void* arg);
 
@@ -111,8 +110,6 @@ class Slot {
   void AcceptReady(Frame& f);
   void Launch();
   bool RetryUnstarted(const char* why);
-  void ReadPipe(int which);
-  void WriteStdin();
   void MaybeFinish();
   void FinishNow(ExitedMsg exited);
   void LoseKeeper(const std::string& why);
@@ -147,14 +144,11 @@ class Slot {
   int sandbox_retries_ = 0;
   JobResult result_;
   uint64_t seq_ = 0;
-  size_t stdin_off_ = 0;
-  bool eof_[2] = {false, false};
+  ProcessIo io_;  // the job's stdio, from Launch until it ends
   bool exited_ = false;
   bool started_notified_ = false;  // on_started runs once, before any output
   ExitedMsg exited_msg_;
   KillReason kill_ = KillReason::kNone;
-  struct event* pipe_ev_[2] = {nullptr, nullptr};
-  struct event* stdin_ev_ = nullptr;
   struct event* timeout_ev_ = nullptr;
   struct event* kill_answer_ev_ = nullptr;  // armed by Kill(), cleared by the keeper's Exited
 };

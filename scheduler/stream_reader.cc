@@ -6,6 +6,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "scheduler/liveness.h"
 
 namespace sandpool {
 namespace {
@@ -13,33 +14,6 @@ namespace {
 constexpr int kBlockMs = 2000;
 constexpr size_t kOwnPendingBatch = 100;
 constexpr size_t kOrphanBatch = 100;
-
-std::string ReplyString(const redisReply* r) {
-  if (r == nullptr) return {};
-  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR) {
-    return std::string(r->str, r->len);
-  }
-  if (r->type == REDIS_REPLY_INTEGER) return std::to_string(r->integer);
-  return {};
-}
-
-// The consumers that hold a live connection, from CLIENT LIST: names "sandpoold:<prefix>:<consumer>:<conn>".
-std::set<std::string> LiveConsumers(const std::string& list, const std::string& prefix) {
-  std::set<std::string> out;
-  const std::string head = "sandpoold:" + prefix + ":";
-  size_t pos = 0;
-  while ((pos = list.find(" name=", pos)) != std::string::npos) {
-    pos += 6;
-    size_t end = list.find_first_of(" \n", pos);
-    std::string name = list.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    if (name.rfind(head, 0) == 0) {
-      std::string rest = name.substr(head.size());
-      size_t colon = rest.rfind(':');
-      if (colon != std::string::npos) out.insert(rest.substr(0, colon));
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -241,50 +215,35 @@ void StreamReader::ReadIntake() {
 void StreamReader::FindOrphans() {
   if (orphan_search_in_flight_ || cmd_connected_since_us_ == 0) return;
   orphan_search_in_flight_ = true;
-  auto done = [this] {
-    orphan_search_in_flight_ = false;
-    bool first = !orphans_checked_;
-    orphans_checked_ = true;
-    if (first) Read();
-  };
-  // A Redis that started less than a lease ago dropped every connection at once: its daemons
-  // get a lease to come back before their entries count as orphans.
-  bool sent = cmd_->Command({"INFO", "server"}, [this, done](redisReply* info) {
-    std::string text = ReplyString(info);
-    size_t at = text.find("uptime_in_seconds:");
-    if (info == nullptr || info->type == REDIS_REPLY_ERROR || at == std::string::npos ||
-        std::strtoull(text.c_str() + at + 18, nullptr, 10) * 1000 < config_.lease_ms) {
+  bool sent = FindLiveDaemons(cmd_, keys_, config_, [this](std::optional<std::set<std::string>> alive) {
+    auto done = [this] {
+      orphan_search_in_flight_ = false;
+      bool first = !orphans_checked_;
+      orphans_checked_ = true;
+      if (first) Read();
+    };
+    if (!alive) {
       done();
       return;
     }
-    ListLiveAndPending(done);
+    ListPending(std::make_shared<std::set<std::string>>(std::move(*alive)), done);
   });
   if (!sent) orphan_search_in_flight_ = false;
 }
 
-void StreamReader::ListLiveAndPending(std::function<void()> done) {
-  bool sent = cmd_->Command({"CLIENT", "LIST", "TYPE", "normal"}, [this, done](redisReply* r) {
-    if (r == nullptr || r->type == REDIS_REPLY_ERROR) {
-      if (r != nullptr) LogWarn("CLIENT LIST failed; no orphans are reclaimed", {{"error", ReplyString(r)}});
-      done();
-      return;
-    }
-    auto alive = std::make_shared<std::set<std::string>>(LiveConsumers(ReplyString(r), keys_.prefix()));
-    alive->insert(config_.consumer);
-    auto left = std::make_shared<size_t>(streams_.size());
-    for (size_t i = 0; i < streams_.size(); ++i) {
-      std::string key = streams_[i].key;
-      bool ok = cmd_->Command({"XPENDING", key, std::string(Keys::kGroup), "IDLE", std::to_string(config_.lease_ms), "-",
-                               "+", std::to_string(kOrphanBatch)},
-                              [this, i, alive, left, done](redisReply* p) {
-                                bool last = --*left == 0;
-                                if (p != nullptr && p->type == REDIS_REPLY_ARRAY) TakeOrphanList(i, p, *alive);
-                                if (last) done();
-                              });
-      if (!ok && --*left == 0) done();
-    }
-  });
-  if (!sent) done();
+void StreamReader::ListPending(std::shared_ptr<std::set<std::string>> alive, std::function<void()> done) {
+  auto left = std::make_shared<size_t>(streams_.size());
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    std::string key = streams_[i].key;
+    bool ok = cmd_->Command({"XPENDING", key, std::string(Keys::kGroup), "IDLE", std::to_string(config_.lease_ms), "-",
+                             "+", std::to_string(kOrphanBatch)},
+                            [this, i, alive, left, done](redisReply* p) {
+                              bool last = --*left == 0;
+                              if (p != nullptr && p->type == REDIS_REPLY_ARRAY) TakeOrphanList(i, p, *alive);
+                              if (last) done();
+                            });
+    if (!ok && --*left == 0) done();
+  }
 }
 
 void StreamReader::TakeOrphanList(size_t i, redisReply* p, const std::set<std::string>& alive) {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -79,7 +80,7 @@ class StreamReader {
   void ReadForward(size_t i);
   void ReadIntake();
   void FindOrphans();
-  void ListLiveAndPending(std::function<void()> done);
+  void ListPending(std::shared_ptr<std::set<std::string>> alive, std::function<void()> done);
   void TakeOrphanList(size_t i, redisReply* pending, const std::set<std::string>& alive);
   void Deliver(redisReply* entries, const std::string& stream);
 

@@ -222,39 +222,102 @@ Result<CgroupLayout> SetUpCgroups(const std::string& requested_mode, const std::
   return layout;
 }
 
-Result<SlotCgroup> SlotCgroup::Create(const CgroupLayout& layout, uint32_t slot,
-                                      const CgroupLimits& limits) {
+Status RemoveSlotCgroups(const CgroupLayout& layout) {
+  Status first;
+  for (const auto& [ctrl, dir] : layout.instance_dirs) {
+    std::vector<std::string> slots;
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (struct dirent* e = ::readdir(d)) {
+        if (std::strncmp(e->d_name, "slot-", 5) == 0) slots.push_back(dir + "/" + e->d_name);
+      }
+      ::closedir(d);
+    }
+    for (const std::string& s : slots) {
+      Status r = RemoveTree(s);
+      if (!r.ok() && first.ok()) first = r;
+    }
+    if (layout.mode == CgroupMode::kV1) {
+      Status r = RemoveTree(dir);
+      if (!r.ok() && first.ok()) first = r;
+    }
+  }
+  return first;
+}
+
+namespace {
+
+// Opens `dir` and keeps it as an fd.
+Result<std::shared_ptr<UniqueFd>> OpenDir(const std::string& dir) {
+  auto fd = std::make_shared<UniqueFd>(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd->valid()) return ErrnoStatus("open " + dir);
+  return fd;
+}
+
+}  // namespace
+
+Result<SlotCgroup> SlotCgroup::Create(const CgroupLayout& layout, uint32_t slot, const CgroupLimits& limits) {
   SlotCgroup cg;
   cg.mode_ = layout.mode;
+  cg.v2_has_controllers_ = layout.v2_has_controllers;
+  cg.limits_ = limits;
   std::string name = "/slot-" + std::to_string(slot);
   for (const auto& [ctrl, base] : layout.instance_dirs) {
     std::string dir = base + name;
     SP_RETURN_IF_ERROR(RemoveTree(dir));
     SP_RETURN_IF_ERROR(MakeDir(dir));
     cg.dirs_[ctrl] = dir;
-    auto fd = std::make_shared<UniqueFd>(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!fd->valid()) return ErrnoStatus("open " + dir);
-    cg.dir_fds_[ctrl] = fd;
+    auto fd = OpenDir(dir);
+    if (!fd.ok()) return fd.status();
+    cg.dir_fds_[ctrl] = *fd;
   }
-  if (cg.mode_ == CgroupMode::kV2) {
-    cg.v2_peak_.reset(::openat(cg.dir_fds_[""]->get(), "memory.peak", O_RDWR | O_CLOEXEC));
-  }
-  cg.limits_ = limits;
-  if (cg.mode_ == CgroupMode::kV1) {
-    SP_RETURN_IF_ERROR(cg.WriteFile("cpu", "cpu.cfs_period_us", std::to_string(limits.cpu_period_us)));
-    SP_RETURN_IF_ERROR(cg.WriteFile("cpu", "cpu.cfs_quota_us", std::to_string(limits.cpu_quota_us)));
-  } else if (layout.v2_has_controllers) {
-    SP_RETURN_IF_ERROR(cg.WriteFile("", "cpu.max", std::to_string(limits.cpu_quota_us) + " " +
-                                                      std::to_string(limits.cpu_period_us)));
-    SP_RETURN_IF_ERROR(cg.WriteFile("", "memory.swap.max", std::to_string(limits.swap_bytes)));
-  }
-  if (cg.mode_ == CgroupMode::kV1 || layout.v2_has_controllers) {
-    SP_RETURN_IF_ERROR(cg.SetLimits(limits.memory_bytes, limits.pids));
+  if (cg.mode_ == CgroupMode::kV2 && cg.v2_has_controllers_) {
+    // The slot holds no process itself; its sandboxes' cgroups get the controllers.
+    for (const char* c : {"+memory", "+pids", "+cpu"}) {
+      UniqueFd f(::openat(cg.dir_fds_[""]->get(), "cgroup.subtree_control", O_WRONLY | O_CLOEXEC));
+      if (!f || ::write(f.get(), c, std::strlen(c)) < 0) return ErrnoStatus(std::string("enable ") + c + " in " + cg.dirs_[""]);
+    }
   }
   return cg;
 }
 
-Status SlotCgroup::WriteFile(const std::string& controller, const char* file, const std::string& value) {
+Result<SandboxCgroup> SlotCgroup::NewSandbox(const std::string& name) {
+  SandboxCgroup cg;
+  cg.mode_ = mode_;
+  cg.name_ = name;
+  cg.limits_ = limits_;
+  cg.enforce_ = mode_ == CgroupMode::kV1 || v2_has_controllers_;
+  for (const auto& [ctrl, slot_fd] : dir_fds_) {
+    // A stale one of the same name (a keeper that died before removing it) holds no process:
+    // its slot was recreated empty, so only a directory of this keeper's own can be here.
+    (void)::unlinkat(slot_fd->get(), name.c_str(), AT_REMOVEDIR);
+    if (::mkdirat(slot_fd->get(), name.c_str(), 0755) != 0) return ErrnoStatus("mkdir " + dirs_[ctrl] + "/" + name);
+    auto fd = std::make_shared<UniqueFd>(::openat(slot_fd->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd->valid()) return ErrnoStatus("open " + dirs_[ctrl] + "/" + name);
+    cg.dirs_[ctrl] = dirs_[ctrl] + "/" + name;
+    cg.dir_fds_[ctrl] = fd;
+    cg.parent_fds_[ctrl] = slot_fd;
+  }
+  auto fail = [&](const Status& s) -> Status {
+    (void)cg.Remove();
+    return s;
+  };
+  if (mode_ == CgroupMode::kV2) {
+    if (!v2_has_controllers_) return cg;
+    cg.v2_peak_.reset(::openat(cg.dir_fds_[""]->get(), "memory.peak", O_RDWR | O_CLOEXEC));
+    Status s = cg.WriteFile("", "cpu.max", std::to_string(limits_.cpu_quota_us) + " " + std::to_string(limits_.cpu_period_us));
+    if (s.ok()) s = cg.WriteFile("", "memory.swap.max", std::to_string(limits_.swap_bytes));
+    if (!s.ok()) return fail(s);
+  } else {
+    Status s = cg.WriteFile("cpu", "cpu.cfs_period_us", std::to_string(limits_.cpu_period_us));
+    if (s.ok()) s = cg.WriteFile("cpu", "cpu.cfs_quota_us", std::to_string(limits_.cpu_quota_us));
+    if (!s.ok()) return fail(s);
+  }
+  Status s = cg.SetLimits(limits_.memory_bytes, limits_.pids);
+  if (!s.ok()) return fail(s);
+  return cg;
+}
+
+Status SandboxCgroup::WriteFile(const std::string& controller, const char* file, const std::string& value) {
   auto it = dir_fds_.find(controller);
   if (it == dir_fds_.end()) return Status::Error("cgroup controller not set up: " + controller);
   UniqueFd fd(::openat(it->second->get(), file, O_WRONLY | O_CLOEXEC));
@@ -265,7 +328,7 @@ Status SlotCgroup::WriteFile(const std::string& controller, const char* file, co
   return Status::Ok();
 }
 
-Result<std::string> SlotCgroup::ReadFile(const std::string& controller, const char* file) {
+Result<std::string> SandboxCgroup::ReadFile(const std::string& controller, const char* file) {
   auto it = dir_fds_.find(controller);
   if (it == dir_fds_.end()) return Status::Error("cgroup controller not set up: " + controller);
   UniqueFd fd(::openat(it->second->get(), file, O_RDONLY | O_CLOEXEC));
@@ -276,13 +339,14 @@ Result<std::string> SlotCgroup::ReadFile(const std::string& controller, const ch
   return out;
 }
 
-Status SlotCgroup::Attach(pid_t pid) {
+Status SandboxCgroup::Attach(pid_t pid) {
   std::string p = std::to_string(pid);
   for (const auto& [ctrl, dir] : dirs_) SP_RETURN_IF_ERROR(WriteFile(ctrl, "cgroup.procs", p));
   return Status::Ok();
 }
 
-Status SlotCgroup::SetLimits(uint64_t memory_bytes, uint64_t pids) {
+Status SandboxCgroup::SetLimits(uint64_t memory_bytes, uint64_t pids) {
+  if (!enforce_) return Status::Ok();  // v2 without controllers (tests only): nothing to enforce
   if (memory_bytes != 0 && memory_bytes != cur_memory_) {
     std::string mem = std::to_string(memory_bytes);
     if (mode_ == CgroupMode::kV1) {
@@ -298,9 +362,11 @@ Status SlotCgroup::SetLimits(uint64_t memory_bytes, uint64_t pids) {
         if (has_memsw) SP_RETURN_IF_ERROR(WriteFile("memory", "memory.memsw.limit_in_bytes", memsw));
       }
       // v1 charges socket buffers to a memory cgroup only once its TCP limit was written (and
-      // then separately): without this, a job's unread TCP/UDP buffers are free memory.
-      // Best effort: the file is absent when kmem accounting is compiled out.
-      (void)WriteFile("memory", "memory.kmem.tcp.limit_in_bytes", mem);
+      // then apart from memory.usage): the keeper adds the two up while a job runs and kills at
+      // the limit, since this limit alone only puts sockets under pressure. The file is absent
+      // when kmem accounting is compiled out; then socket buffers are not charged at all.
+      Status tcp = WriteFile("memory", "memory.kmem.tcp.limit_in_bytes", mem);
+      if (!tcp.ok() && tcp.sys_errno() != ENOENT) return tcp;
     } else {
       SP_RETURN_IF_ERROR(WriteFile("", "memory.max", mem));
     }
@@ -314,21 +380,27 @@ Status SlotCgroup::SetLimits(uint64_t memory_bytes, uint64_t pids) {
   return Status::Ok();
 }
 
-Status SlotCgroup::ResetPeak() {
-  if (mode_ == CgroupMode::kV1) return WriteFile("memory", "memory.max_usage_in_bytes", "0");
-  // v2 (6.12+): writing memory.peak resets it; older kernels refuse, and the peak then covers
-  // the slot's lifetime. Best effort by design.
-  if (v2_peak_) (void)!::pwrite(v2_peak_.get(), "0", 1, 0);
-  return Status::Ok();
+Status SandboxCgroup::SetCpuQuota(uint64_t quota_us) {
+  if (!enforce_) return Status::Ok();
+  if (mode_ == CgroupMode::kV1) return WriteFile("cpu", "cpu.cfs_quota_us", std::to_string(quota_us));
+  return WriteFile("", "cpu.max", std::to_string(quota_us) + " " + std::to_string(limits_.cpu_period_us));
 }
 
-Result<CgroupStats> SlotCgroup::Read() {
+Result<uint64_t> SandboxCgroup::ProcessCount() {
+  auto p = ReadFile(mode_ == CgroupMode::kV1 ? "pids" : "", "pids.current");
+  if (!p.ok()) return p.status();
+  return ParseU64(*p);
+}
+
+Result<CgroupStats> SandboxCgroup::Read() {
   CgroupStats st;
   if (mode_ == CgroupMode::kV1) {
     auto cpu = ReadFile("cpuacct", "cpuacct.usage");
     if (!cpu.ok()) return cpu.status();
     st.cpu_usage_us = ParseU64(*cpu) / 1000;
     if (auto m = ReadFile("memory", "memory.max_usage_in_bytes"); m.ok()) st.peak_memory_bytes = ParseU64(*m);
+    // Socket buffers are charged apart on v1; their peak counts toward the job's.
+    if (auto t = ReadFile("memory", "memory.kmem.tcp.max_usage_in_bytes"); t.ok()) st.peak_memory_bytes += ParseU64(*t);
     if (auto o = ReadFile("memory", "memory.oom_control"); o.ok()) st.oom_kills = KeyedValue(*o, "oom_kill");
     if (auto p = ReadFile("pids", "pids.events"); p.ok()) st.pids_max_hits = KeyedValue(*p, "max");
     return st;
@@ -345,17 +417,40 @@ Result<CgroupStats> SlotCgroup::Read() {
   return st;
 }
 
-Status SlotCgroup::KillAll() {
+Result<uint64_t> SandboxCgroup::MemoryInUse() {
+  if (mode_ == CgroupMode::kV1) {
+    auto m = ReadFile("memory", "memory.usage_in_bytes");
+    if (!m.ok()) return m.status();
+    uint64_t used = ParseU64(*m);
+    if (auto t = ReadFile("memory", "memory.kmem.tcp.usage_in_bytes"); t.ok()) used += ParseU64(*t);
+    return used;
+  }
+  auto m = ReadFile("", "memory.current");
+  if (!m.ok()) return m.status();
+  return ParseU64(*m);
+}
+
+Status SandboxCgroup::KillAll() {
   if (mode_ != CgroupMode::kV2) return Status::Ok();
   return WriteFile("", "cgroup.kill", "1");
 }
 
-Status SlotCgroup::Remove() {
+Status SandboxCgroup::Remove() {
   Status first;
-  for (const auto& [ctrl, dir] : dirs_) {
-    Status s = RemoveTree(dir);
-    if (!s.ok() && first.ok()) first = s;
+  for (const auto& [ctrl, parent] : parent_fds_) {
+    // A cgroup whose last task just exited can report EBUSY for a short while.
+    int err = 0;
+    for (int i = 0; i < 200; ++i) {
+      err = ::unlinkat(parent->get(), name_.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : errno;
+      if (err != EBUSY) break;
+      ::usleep(5000);
+    }
+    if (err != 0 && first.ok()) first = ErrnoStatus("rmdir " + dirs_[ctrl], err);
   }
+  parent_fds_.clear();
+  dirs_.clear();
+  dir_fds_.clear();
+  v2_peak_.reset();
   return first;
 }
 

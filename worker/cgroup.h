@@ -1,7 +1,8 @@
-// Per-slot cgroups, v1 or v2. Each pool slot owns one cgroup (v1: one directory per controller)
-// that every sandbox of the slot lives in; it carries the memory, swap, pids and CPU limits and
-// is where the keeper reads a job's CPU time, peak memory, OOM kills and refused forks. The
-// sandbox never sees or writes these files (no cgroupfs inside, cgroup namespace).
+// Per-slot and per-sandbox cgroups, v1 or v2. Each pool slot owns one cgroup (v1: one directory
+// per controller), and each sandbox of the slot a child of it of its own, made while the sandbox
+// is prepared and removed once it is gone: it carries the memory, swap, TCP-buffer (v1), pids and
+// CPU limits and is where the keeper reads a job's CPU time, peak memory, OOM kills and refused
+// forks. The sandbox never sees or writes these files (no cgroupfs inside, cgroup namespace).
 //
 // Placement, never on the hot path (a sandbox is placed while it is prepared): the keeper
 // writes the new sandbox's init into the slot's cgroup.procs (each controller's on v1) before
@@ -13,8 +14,8 @@
 // possibly OOM-killed for the job's use (a job holding memory in memfds or tmpfs is in no
 // process's RSS, so the OOM killer would pick the keeper).
 //
-// Layout: <parent>/<instance>/slot-<n>, where <parent> is the daemon's own cgroup (so limits
-// set on the daemon's service apply to its sandboxes too). v2 also moves the daemon itself
+// Layout: <parent>/<instance>/slot-<n>/<sandbox>, where <parent> is the daemon's own cgroup (so
+// limits set on the daemon's service apply to its sandboxes too). v2 also moves the daemon itself
 // into <parent>/<instance>/supervisor, since a v2 cgroup with controllers enabled for its
 // children may not hold processes itself.
 #pragma once
@@ -66,42 +67,76 @@ struct CgroupLayout {
 Result<CgroupLayout> SetUpCgroups(const std::string& requested_mode, const std::string& instance,
                                   bool allow_missing_controllers);
 
-class SlotCgroup {
+// One sandbox's own cgroup, a child of its slot's: every figure a job reports comes from a cgroup
+// that no earlier job used (kernel memory such as a previous job's dentries stays charged to
+// the earlier sandbox's cgroup, which is removed), and its limits are written before the job.
+// Move-only; Remove() it once its processes are gone.
+// Removes every slot cgroup (and the sandbox cgroups in them) of the instance, and on v1 the
+// instance directories themselves; their processes must be gone (a few retries while the last
+// exits settle). What the daemon does when it stops.
+Status RemoveSlotCgroups(const CgroupLayout& layout);
+
+class SandboxCgroup {
  public:
-  SlotCgroup() = default;
-  // Creates slot-<slot> under the layout's instance directories (fresh: an existing one is
-  // removed first) and applies `limits`.
-  static Result<SlotCgroup> Create(const CgroupLayout& layout, uint32_t slot,
-                                   const CgroupLimits& limits);
+  SandboxCgroup() = default;
+  bool valid() const { return !dirs_.empty(); }
+  const std::string& name() const { return name_; }
 
-  // Moves `pid` (a sandbox init that has not started yet) into the slot cgroup.
+  // Moves `pid` (a sandbox init that has not started yet) into the cgroup.
   Status Attach(pid_t pid);
-  CgroupMode mode() const { return mode_; }
-
-  // Changes the memory and pids limits (0 leaves a value as it is). Cheap: one write each.
+  // Changes the memory and pids limits (0 leaves a value as it is). Cheap: one write each; an
+  // error means the limits in force are not the ones asked for.
   // `pids` counts the job's tasks; the sandbox's init is added on top, so a job gets exactly
   // what it asked for.
   Status SetLimits(uint64_t memory_bytes, uint64_t pids);
-  Status ResetPeak();
+  uint64_t memory_limit() const { return cur_memory_; }
+  // The CPU quota per period (cpu_period_us of the slot's limits).
+  Status SetCpuQuota(uint64_t quota_us);
+  // Tasks (processes and threads) in the cgroup now.
+  Result<uint64_t> ProcessCount();
   Result<CgroupStats> Read();
+  // Memory now in use, socket buffers included (v1 charges those apart: kmem.tcp).
+  Result<uint64_t> MemoryInUse();
   // v2: writes cgroup.kill. v1: nothing (the sandbox's pid namespace is the kill switch).
   Status KillAll();
-  // Removes the slot directories; they must be empty of processes.
+  // Removes the cgroup; it must be empty of processes (a few retries while the last exit settles).
   Status Remove();
 
  private:
+  friend class SlotCgroup;
   Status WriteFile(const std::string& controller, const char* file, const std::string& value);
   Result<std::string> ReadFile(const std::string& controller, const char* file);
 
   CgroupMode mode_ = CgroupMode::kV1;
-  std::map<std::string, std::string> dirs_;  // controller -> slot directory ("" on v2)
+  std::string name_;
+  std::map<std::string, std::string> dirs_;  // controller -> directory ("" on v2)
   // The same directories as fds: the keeper pivots into the sandbox root after creating its
-  // cgroup, and from then on reaches cgroupfs only through these.
+  // slot's cgroup, and from then on reaches cgroupfs only through fds.
   std::map<std::string, std::shared_ptr<UniqueFd>> dir_fds_;
-  // v2: memory.peak resets per open file (6.12+), so one fd is kept for reset and reads.
-  UniqueFd v2_peak_;
+  std::map<std::string, std::shared_ptr<UniqueFd>> parent_fds_;  // the slot's directories
+  UniqueFd v2_peak_;  // v2: memory.peak
+  bool enforce_ = true;  // false: v2 without controllers (tests only)
   CgroupLimits limits_;
   uint64_t cur_memory_ = 0, cur_pids_ = 0;
+};
+
+class SlotCgroup {
+ public:
+  SlotCgroup() = default;
+  // Creates slot-<slot> under the layout's instance directories (fresh: an existing one is
+  // removed first, with any sandbox cgroups left in it).
+  static Result<SlotCgroup> Create(const CgroupLayout& layout, uint32_t slot, const CgroupLimits& limits);
+  CgroupMode mode() const { return mode_; }
+
+  // A new sandbox cgroup `name` in the slot, with the slot's default limits written.
+  Result<SandboxCgroup> NewSandbox(const std::string& name);
+
+ private:
+  CgroupMode mode_ = CgroupMode::kV1;
+  bool v2_has_controllers_ = true;
+  std::map<std::string, std::shared_ptr<UniqueFd>> dir_fds_;  // controller -> slot directory
+  std::map<std::string, std::string> dirs_;
+  CgroupLimits limits_;
 };
 
 }  // namespace sandpool

@@ -28,6 +28,7 @@
 #include "worker/rootfs.h"
 #include "worker/sandbox.h"
 #include "worker/seccomp/seccomp_policy.h"
+#include "worker/session_keeper.h"
 #include "worker/stub_protocol.h"
 #include "worker/zygote.h"
 
@@ -45,8 +46,8 @@ Status BringUpLoopback() {
   return Status::Ok();
 }
 
-// One-time set-up of the keeper process itself.
-Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup) {
+// One-time set-up of the keeper process itself, of either kind.
+Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup, UniqueFd* loop_control) {
   // The host root's supplementary groups would otherwise follow every sandbox process into its
   // user namespace and keep granting group access to host files.
   if (::setgroups(0, nullptr) != 0) return ErrnoStatus("setgroups");
@@ -56,7 +57,7 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup) {
   if (::unshare(CLONE_NEWNET) != 0) return ErrnoStatus("unshare(CLONE_NEWNET)");
   SP_RETURN_IF_ERROR(BringUpLoopback());
   if (::unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare(CLONE_NEWNS)");
-  return BuildKeeperRoot(a.config, a.slot).Prefixed("sandbox root");
+  return BuildKeeperRoot(a.config, a.slot, a.session, loop_control).Prefixed("sandbox root");
 }
 
 class Keeper {
@@ -81,7 +82,6 @@ class Keeper {
         continue;
       }
       backoff_ms = 50;
-      ++gen_;
       sb_ = std::move(sb.value());
       ReadyMsg ready{gen_, static_cast<uint64_t>(MonotonicUs() - t0)};
       Send(MsgType::kReady, Encode(ready), {sb_.stdin_w.get(), sb_.stdout_r.get(), sb_.stderr_r.get()});
@@ -93,27 +93,30 @@ class Keeper {
   }
 
  private:
-  // The next sandbox: cloned by the keeper, or by the slot's nursery mother (started first if
-  // it is not running: the cold path, after start-up only when a mother died).
+  // The next sandbox, in a cgroup of its own: cloned by the keeper, or by the slot's nursery
+  // mother (started first if it is not running: the cold path, after start-up only when a
+  // mother died).
   Result<Sandbox> Prepare() {
-    if (!nursery_lib_) return PrepareSandbox(a_.config, a_.slot, cgroup_, &seccomp_);
+    ++gen_;
+    auto cg = cgroup_.NewSandbox("sb-" + std::to_string(gen_));
+    if (!cg.ok()) return cg.status().Prefixed("sandbox cgroup");
+    if (!nursery_lib_) return PrepareSandbox(a_.config, a_.slot, std::move(cg.value()), &seccomp_);
     if (!MotherAlive()) {
-      auto m = PrepareSandbox(a_.config, a_.slot, cgroup_, &seccomp_, nursery_lib_.get());
+      auto mcg = cgroup_.NewSandbox("mother-" + std::to_string(gen_));
+      if (!mcg.ok()) return mcg.status().Prefixed("nursery mother cgroup");
+      auto m = PrepareSandbox(a_.config, a_.slot, std::move(mcg.value()), &seccomp_, nursery_lib_.get());
       if (!m.ok()) return m.status().Prefixed("nursery mother");
       mother_ = std::move(m.value());
       mother_.stdin_w.reset();
       Status s = SendNurseryConfig(mother_.stub.get(), nursery_config_);
       if (!s.ok()) return s;
     }
-    auto sb = NurseryPrepareSandbox(mother_.stub.get(), cgroup_);
+    auto sb = NurseryPrepareSandbox(mother_.stub.get(), std::move(cg.value()));
     if (!sb.ok()) {
       if (!MotherAlive()) return sb.status().Prefixed("the nursery mother died: " + MotherOutput());
       // A mother that could not make a sandbox (wedged, or out of step on its socket) is not
       // asked again: the next attempt starts a new one.
-      KillSandbox(mother_);
-      siginfo_t info;
-      ::waitid(P_PIDFD, static_cast<id_t>(mother_.pidfd.get()), &info, WEXITED);
-      mother_ = Sandbox();
+      EndMother();
     }
     return sb;
   }
@@ -128,21 +131,33 @@ class Keeper {
     return false;
   }
 
+  void EndMother() {
+    KillSandbox(mother_);
+    if (mother_.pidfd) {
+      struct pollfd p = {mother_.pidfd.get(), POLLIN, 0};
+      ::poll(&p, 1, 2000);
+      siginfo_t info;
+      ::waitid(P_PIDFD, static_cast<id_t>(mother_.pidfd.get()), &info, WEXITED);
+    }
+    (void)mother_.cgroup.Remove();
+    mother_ = Sandbox();
+  }
+
   // What a dead mother left on its stdout and stderr, for the log.
   std::string MotherOutput() {
     std::string out = DrainStatus(mother_.stderr_r.get()) + DrainStatus(mother_.stdout_r.get());
-    std::string init = DrainStatus(mother_.status.get());
-    if (!init.empty() && init[0] == 'F') out += " init: " + init.substr(1);
+    std::string init = InitFailure(DrainStatus(mother_.status.get()));
+    if (!init.empty()) out += " init: " + init;
+    (void)mother_.cgroup.Remove();
     mother_ = Sandbox();
     return out.size() > 2000 ? out.substr(out.size() - 2000) : out;
   }
 
   // Kills the sandbox: init through its pidfd (the pid namespace then takes every process with
-  // it) and, on cgroup v2, everything in the slot cgroup at once with cgroup.kill as well,
-  // unless the slot's nursery mother lives there too.
+  // it) and, on cgroup v2, everything in its cgroup at once with cgroup.kill as well.
   void Kill() {
     KillSandbox(sb_);
-    if (!nursery_lib_) (void)cgroup_.KillAll();
+    (void)sb_.cgroup.KillAll();
   }
 
   void Send(MsgType t, const std::string& payload, const std::vector<int>& fds = {}) {
@@ -153,11 +168,15 @@ class Keeper {
   [[noreturn]] void Exit(const std::string& why) {
     LogDebug("keeper exiting", {{"slot", a_.slot}, {"why", why}});
     Kill();
-    KillSandbox(mother_);
     if (sb_.pidfd) {
+      // Gone once its pidfd says so (a nursery's init is not our child: waitid cannot wait).
+      struct pollfd p = {sb_.pidfd.get(), POLLIN, 0};
+      ::poll(&p, 1, 2000);
       siginfo_t info;
       ::waitid(P_PIDFD, static_cast<id_t>(sb_.pidfd.get()), &info, WEXITED);
     }
+    (void)sb_.cgroup.Remove();
+    EndMother();
     ::_exit(0);
   }
 
@@ -176,17 +195,16 @@ class Keeper {
     return frames;
   }
 
-  // Serves the current sandbox until it is gone, then reports Exited.
-  void Serve() {
-    bool run_sent = false, started = false, killed = false, cpu_limit = false;
+  // The state of the current sandbox's job while Serve runs.
+  struct Job {
+    bool run_sent = false, started = false, killed = false, cpu_limit = false, memory_limit = false;
     int64_t exec_at = 0, exec_end = 0;
     uint64_t cpu_limit_us = 0;
+    uint64_t memory_limit_bytes = 0;  // watched on v1 (socket buffers are charged apart there)
     std::string stub_said;  // what the stub or zygote wrote back after the job was sent
     std::string to_stub;    // the job's bytes not yet taken by the stub's socket
     size_t to_stub_off = 0;
-    bool have_exec_error = false;
-    int exec_errno = 0;
-    std::string exec_stage;
+    StubReport failure;     // a stub's "E<errno> <stage>", or a limit that could not be set
     CgroupStats base{};
     // init's report: 'S' + InitReport once the job's main process has ended, written just
     // before init exits. The job's end is reported on it, not on init's death, which comes
@@ -195,115 +213,139 @@ class Keeper {
     // waits for anyway. The slot is prepared again only once init is gone.
     std::string report;
     bool status_open = true, have_report = false;
-    auto on_stub_eof = [&] {
-      // EOF after 'S': the exec happened (close-on-exec) or the zygote started the job, unless
-      // an error report came; EOF without 'S': the stub died before the job started.
-      StubReport said = ParseStubReport(stub_said);
-      if (said.failed()) {
-        have_exec_error = true;
-        exec_errno = said.error;
-        exec_stage = said.stage;
-      } else if (said.starting && !started) {
-        started = true;
-        exec_at = MonotonicUs();
-        Send(MsgType::kStarted, Encode(GenerationMsg{gen_}));
+  };
+
+  // The stub socket's EOF after 'S': the exec happened (close-on-exec) or the zygote started the
+  // job, unless an error report came; EOF without 'S': the stub died before the job started.
+  void OnStubEof(Job& j) {
+    StubReport said = ParseStubReport(j.stub_said);
+    if (said.failed()) {
+      j.failure = said;
+    } else if (said.starting && !j.started) {
+      j.started = true;
+      j.exec_at = MonotonicUs();
+      Send(MsgType::kStarted, Encode(GenerationMsg{gen_}));
+    }
+    sb_.stub.reset();
+    j.run_sent = false;
+    j.to_stub.clear();
+  }
+
+  // A Run for this sandbox: its limits first (a job never runs under limits other than its
+  // own: if they cannot be set the sandbox is killed instead), then the job to the stub.
+  void OnRun(Job& j, const RunMsg& run) {
+    Status s = sb_.cgroup.SetLimits(run.memory_bytes, run.pids);
+    if (!s.ok()) {
+      LogWarn("cannot set the job's limits; not running it", {{"slot", a_.slot}, {"error", s.message()}});
+      j.failure.error = s.sys_errno() != 0 ? s.sys_errno() : EIO;
+      j.failure.stage = "limits";
+      j.killed = true;
+      Kill();
+      return;
+    }
+    if (auto st = sb_.cgroup.Read(); st.ok()) j.base = *st;
+    j.cpu_limit_us = run.cpu_time_ms * 1000;
+    if (cgroup_.mode() == CgroupMode::kV1) j.memory_limit_bytes = sb_.cgroup.memory_limit();
+    // The stub (or zygote) is blocked reading; the job goes to it as the socket takes it
+    // (POLLOUT in Serve), so a large job never blocks this loop.
+    j.to_stub = runtime_ == nullptr ? EncodeExecImage(run, DefaultPath()) : ZygotePayload(*runtime_, run);
+    j.to_stub_off = 0;
+    j.run_sent = true;
+  }
+
+  void WriteToStub(Job& j) {
+    while (j.to_stub_off < j.to_stub.size()) {
+      ssize_t w = ::send(sb_.stub.get(), j.to_stub.data() + j.to_stub_off, j.to_stub.size() - j.to_stub_off,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && errno == EAGAIN) return;
+      // The stub died (EPIPE): the rest is dropped; its end shows on the pidfd.
+      j.to_stub_off = w < 0 ? j.to_stub.size() : j.to_stub_off + static_cast<size_t>(w);
+    }
+    j.to_stub.clear();
+    j.to_stub_off = 0;
+    if (runtime_ != nullptr) ::shutdown(sb_.stub.get(), SHUT_WR);  // a zygote reads its job to EOF
+  }
+
+  // While the job runs: its CPU time (the whole cgroup: every process of the job) and, on cgroup
+  // v1, its memory with socket buffers (v1 only puts sockets under pressure at the limit).
+  void WatchLimits(Job& j) {
+    if (!j.started || j.killed) return;
+    if (j.cpu_limit_us > 0) {
+      auto st = sb_.cgroup.Read();
+      if (st.ok() && st->cpu_usage_us - j.base.cpu_usage_us > j.cpu_limit_us) {
+        j.cpu_limit = j.killed = true;
+        Kill();
+        return;
       }
-      sb_.stub.reset();
-      run_sent = false;
-      to_stub.clear();
-    };
+    }
+    if (j.memory_limit_bytes > 0) {
+      auto used = sb_.cgroup.MemoryInUse();
+      if (used.ok() && *used > j.memory_limit_bytes) {
+        j.memory_limit = j.killed = true;
+        Kill();
+      }
+    }
+  }
+
+  // Serves the current sandbox until it is gone, then reports Exited.
+  void Serve() {
+    Job j;
     for (;;) {
-      short stub_events = static_cast<short>(to_stub.empty() ? POLLIN : POLLIN | POLLOUT);
+      short stub_events = static_cast<short>(j.to_stub.empty() ? POLLIN : POLLIN | POLLOUT);
       struct pollfd p[4] = {{ch_.fd(), POLLIN, 0},
                             {sb_.pidfd.get(), POLLIN, 0},
-                            {run_sent ? sb_.stub.get() : -1, stub_events, 0},
-                            {status_open ? sb_.status.get() : -1, POLLIN, 0}};
-      // A CPU-time limit is watched on the whole cgroup, so it covers every process of the job.
-      int timeout = (started && cpu_limit_us > 0) ? 20 : -1;
-      int n = ::poll(p, 4, timeout);
+                            {j.run_sent ? sb_.stub.get() : -1, stub_events, 0},
+                            {j.status_open ? sb_.status.get() : -1, POLLIN, 0}};
+      bool watching = j.started && (j.cpu_limit_us > 0 || j.memory_limit_bytes > 0);
+      int n = ::poll(p, 4, watching ? kWatchMs : -1);
       if (n < 0) {
         if (errno == EINTR) continue;
         Exit("poll: " + std::string(std::strerror(errno)));
       }
-      if (started && cpu_limit_us > 0 && !killed) {
-        auto st = cgroup_.Read();
-        if (st.ok() && st->cpu_usage_us - base.cpu_usage_us > cpu_limit_us) {
-          cpu_limit = killed = true;
-          Kill();
-        }
-      }
+      WatchLimits(j);
       if (p[0].revents) {
         for (Frame& f : ReadFrames()) {
-          if (f.type == static_cast<uint16_t>(MsgType::kRun) && !run_sent && !killed) {
+          if (f.type == static_cast<uint16_t>(MsgType::kRun) && !j.run_sent && !j.killed && !j.failure.failed()) {
             RunMsg run;
-            if (!Decode(f.payload, &run).ok() || run.generation != gen_) continue;
-            Status s = cgroup_.SetLimits(run.memory_bytes, run.pids);
-            if (!s.ok()) LogWarn("cgroup limits", {{"error", s.message()}});
-            (void)cgroup_.ResetPeak();
-            if (auto st = cgroup_.Read(); st.ok()) base = *st;
-            cpu_limit_us = run.cpu_time_ms * 1000;
-            // The stub (or zygote) is blocked reading; the job goes to it as the socket takes it
-            // (POLLOUT below), so a large job never blocks this loop.
-            if (runtime_ == nullptr) {
-              to_stub = EncodeExecImage(run, DefaultPath());
-            } else {
-              to_stub = ZygotePayload(*runtime_, run);
-            }
-            to_stub_off = 0;
-            run_sent = true;
+            if (Decode(f.payload, &run).ok() && run.generation == gen_) OnRun(j, run);
           } else if (f.type == static_cast<uint16_t>(MsgType::kKill)) {
             GenerationMsg k;
-            if (Decode(f.payload, &k).ok() && k.generation == gen_ && !killed) {
-              killed = true;
+            if (Decode(f.payload, &k).ok() && k.generation == gen_ && !j.killed) {
+              j.killed = true;
               Kill();
             }
           }
         }
       }
-      if (p[2].revents & POLLOUT) {
-        while (to_stub_off < to_stub.size()) {
-          ssize_t w = ::send(sb_.stub.get(), to_stub.data() + to_stub_off, to_stub.size() - to_stub_off,
-                             MSG_DONTWAIT | MSG_NOSIGNAL);
-          if (w < 0 && errno == EINTR) continue;
-          if (w < 0 && errno == EAGAIN) break;
-          // The stub died (EPIPE): the rest is dropped; its end shows on the pidfd.
-          to_stub_off = w < 0 ? to_stub.size() : to_stub_off + static_cast<size_t>(w);
-          if (to_stub_off == to_stub.size()) {
-            to_stub.clear();
-            to_stub_off = 0;
-            // A zygote reads its job to EOF.
-            if (runtime_ != nullptr) ::shutdown(sb_.stub.get(), SHUT_WR);
-            break;
-          }
-        }
-      }
+      if (p[2].revents & POLLOUT) WriteToStub(j);
       if (p[2].revents & (POLLIN | POLLHUP | POLLERR)) {
         char buf[128];
         ssize_t r = ::read(sb_.stub.get(), buf, sizeof buf);
-        if (r > 0 && stub_said.size() < 256) stub_said.append(buf, static_cast<size_t>(r));
-        if (r <= 0) on_stub_eof();
+        if (r > 0 && j.stub_said.size() < 256) j.stub_said.append(buf, static_cast<size_t>(r));
+        if (r <= 0) OnStubEof(j);
       }
       if (p[3].revents) {
         char buf[64];
         ssize_t r = ::read(sb_.status.get(), buf, sizeof buf);
-        if (r > 0) report.append(buf, static_cast<size_t>(r));
-        if (r <= 0) status_open = false;  // init died without a report: its pidfd tells
+        if (r > 0) j.report.append(buf, static_cast<size_t>(r));
+        if (r <= 0) j.status_open = false;  // init died without a report: its pidfd tells
         InitReport ir;
-        if (DecodeInitReport(report, &ir)) {
-          exec_end = MonotonicUs();
+        if (DecodeInitReport(j.report, &ir)) {
+          j.exec_end = MonotonicUs();
           // Every process of the job is gone (init reaped them all), so is every holder of the
           // stub socket's other end: take what was said, then its EOF.
           if (sb_.stub) {
-            stub_said += DrainStatus(sb_.stub.get());
-            if (stub_said.size() > 256) stub_said.resize(256);
-            on_stub_eof();
+            j.stub_said += DrainStatus(sb_.stub.get());
+            if (j.stub_said.size() > 256) j.stub_said.resize(256);
+            OnStubEof(j);
           }
-          have_report = true;
+          j.have_report = true;
           break;
         }
       }
       if (p[1].revents) {
-        exec_end = MonotonicUs();
+        j.exec_end = MonotonicUs();
         siginfo_t info = {};
         ::waitid(P_PIDFD, static_cast<id_t>(sb_.pidfd.get()), &info, WEXITED);
         break;
@@ -311,34 +353,38 @@ class Keeper {
     }
     ExitedMsg ex;
     ex.generation = gen_;
-    ex.started = started;
-    ex.killed = killed;
-    ex.cpu_limit = cpu_limit;
-    if (have_exec_error) {
-      ex.exec_errno = exec_errno == 0 ? ENOENT : exec_errno;
-      ex.exec_stage = exec_stage;
+    ex.started = j.started;
+    ex.killed = j.killed;
+    ex.cpu_limit = j.cpu_limit;
+    ex.memory_limit = j.memory_limit;
+    if (j.failure.failed()) {
+      ex.exec_errno = j.failure.error;
+      ex.exec_stage = j.failure.stage;
     }
-    if (!have_report) report += DrainStatus(sb_.status.get());
-    if (InitReport ir; DecodeInitReport(report, &ir)) {
+    if (!j.have_report) j.report += DrainStatus(sb_.status.get());
+    if (InitReport ir; DecodeInitReport(j.report, &ir)) {
       ex.have_status = true;
       ex.wait_status = ir.wait_status;
       ex.disk_full = ir.disk_full != 0;
     }
-    if (auto st = cgroup_.Read(); st.ok()) {
-      ex.cpu_time_us = st->cpu_usage_us - base.cpu_usage_us;
+    if (auto st = sb_.cgroup.Read(); st.ok()) {
+      ex.cpu_time_us = st->cpu_usage_us - j.base.cpu_usage_us;
       ex.peak_memory_bytes = st->peak_memory_bytes;
-      ex.oom_kills = st->oom_kills - base.oom_kills;
-      ex.pids_max_hits = st->pids_max_hits - base.pids_max_hits;
+      ex.oom_kills = st->oom_kills - j.base.oom_kills;
+      ex.pids_max_hits = st->pids_max_hits - j.base.pids_max_hits;
     }
-    if (started && exec_end >= exec_at) ex.exec_time_us = static_cast<uint64_t>(exec_end - exec_at);
+    if (j.started && j.exec_end >= j.exec_at) ex.exec_time_us = static_cast<uint64_t>(j.exec_end - j.exec_at);
     UniqueFd init = std::move(sb_.pidfd);
+    SandboxCgroup cgroup = std::move(sb_.cgroup);
     sb_ = Sandbox();
     Send(MsgType::kExited, Encode(ex));
-    if (have_report) AwaitDeath(init.get());
+    if (j.have_report) AwaitDeath(init.get());
+    Status removed = cgroup.Remove();
+    if (!removed.ok()) LogWarn("sandbox cgroup not removed", {{"slot", a_.slot}, {"error", removed.message()}});
   }
 
-  // init reported and is exiting; the next sandbox waits until it is gone (the slot's cgroup
-  // empty, every process of the job dead). One that does not go within 10 s is killed.
+  // init reported and is exiting; the next sandbox waits until it is gone (its cgroup empty,
+  // every process of the job dead). One that does not go within 10 s is killed.
   void AwaitDeath(int pidfd) {
     struct pollfd p = {pidfd, POLLIN, 0};
     while (::poll(&p, 1, 10000) < 0 && errno == EINTR) {
@@ -350,6 +396,8 @@ class Keeper {
     siginfo_t info;
     ::waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED);  // ECHILD for a nursery's
   }
+
+  static constexpr int kWatchMs = 20;  // how often the limits the keeper enforces are read
 
   const KeeperArgs& a_;
   Channel ch_;
@@ -374,8 +422,9 @@ void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
   Channel ch(std::move(channel));
   SlotCgroup cgroup;
   // Opened while the host's file system is still ours (SetUpKeeper pivots into the base root).
-  UniqueFd nursery_lib = NurseryApplies(args.config) ? OpenNurseryLibrary() : UniqueFd();
-  Status s = SetUpKeeper(args, &cgroup);
+  UniqueFd nursery_lib = !args.session && NurseryApplies(args.config) ? OpenNurseryLibrary() : UniqueFd();
+  UniqueFd loop_control;
+  Status s = SetUpKeeper(args, &cgroup, &loop_control);
   if (!s.ok()) {
     LogError("keeper set-up failed", {{"slot", args.slot}, {"error", s.message()}});
     (void)ch.Send(static_cast<uint16_t>(MsgType::kFailed), Encode(FailedMsg{s.message()}));
@@ -387,6 +436,7 @@ void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
     (void)ch.Send(static_cast<uint16_t>(MsgType::kFailed), Encode(FailedMsg{seccomp.status().message()}));
     ::_exit(1);
   }
+  if (args.session) SessionKeeperMain(args, std::move(ch), std::move(cgroup), std::move(seccomp.value()), std::move(loop_control));
   Keeper k(args, std::move(ch), std::move(cgroup), std::move(seccomp.value()), std::move(nursery_lib));
   k.Run();
 }

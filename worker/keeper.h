@@ -28,6 +28,7 @@ struct KeeperArgs {
   pid_t parent = 0;  // the spawner
   SandboxConfig config;
   CgroupLayout layout;
+  bool session = false;  // a session keeper (session_keeper.h)
 };
 
 // Runs the keeper in the calling (freshly forked, single-threaded) process. Never returns.

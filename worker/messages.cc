@@ -24,12 +24,12 @@ struct ExitedWire {
   bool have_status;
   int32_t wait_status, exec_errno;
   std::string exec_stage;
-  bool started, killed, cpu_limit;
+  bool started, killed, cpu_limit, memory_limit;
   uint64_t cpu_time_us, peak_memory_bytes, oom_kills, pids_max_hits;
   bool disk_full;
   uint64_t exec_time_us;
   MSGPACK_DEFINE_MAP(generation, have_status, wait_status, exec_errno, exec_stage, started, killed,
-                     cpu_limit, cpu_time_us, peak_memory_bytes, oom_kills, pids_max_hits,
+                     cpu_limit, memory_limit, cpu_time_us, peak_memory_bytes, oom_kills, pids_max_hits,
                      disk_full, exec_time_us)
 };
 struct GenerationWire {
@@ -42,7 +42,19 @@ struct FailedWire {
 };
 struct SpawnKeeperWire {
   uint32_t slot, template_index;
-  MSGPACK_DEFINE_MAP(slot, template_index)
+  bool session;
+  MSGPACK_DEFINE_MAP(slot, template_index, session)
+};
+struct MakeDiskWire {
+  uint64_t request;
+  std::string path;
+  uint64_t bytes;
+  MSGPACK_DEFINE_MAP(request, path, bytes)
+};
+struct DiskMadeWire {
+  uint64_t request;
+  std::string error;
+  MSGPACK_DEFINE_MAP(request, error)
 };
 struct KeeperWire {
   uint32_t slot;
@@ -111,7 +123,7 @@ Status Decode(std::string_view in, RunMsg* m) {
 
 std::string Encode(const ExitedMsg& m) {
   return Pack(ExitedWire{m.generation, m.have_status, m.wait_status, m.exec_errno, m.exec_stage,
-                         m.started, m.killed, m.cpu_limit, m.cpu_time_us, m.peak_memory_bytes,
+                         m.started, m.killed, m.cpu_limit, m.memory_limit, m.cpu_time_us, m.peak_memory_bytes,
                          m.oom_kills, m.pids_max_hits, m.disk_full, m.exec_time_us});
 }
 Status Decode(std::string_view in, ExitedMsg* m) {
@@ -125,6 +137,7 @@ Status Decode(std::string_view in, ExitedMsg* m) {
   m->started = w.started;
   m->killed = w.killed;
   m->cpu_limit = w.cpu_limit;
+  m->memory_limit = w.memory_limit;
   m->cpu_time_us = w.cpu_time_us;
   m->peak_memory_bytes = w.peak_memory_bytes;
   m->oom_kills = w.oom_kills;
@@ -150,12 +163,13 @@ Status Decode(std::string_view in, FailedMsg* m) {
   return Status::Ok();
 }
 
-std::string Encode(const SpawnKeeperMsg& m) { return Pack(SpawnKeeperWire{m.slot, m.template_index}); }
+std::string Encode(const SpawnKeeperMsg& m) { return Pack(SpawnKeeperWire{m.slot, m.template_index, m.session}); }
 Status Decode(std::string_view in, SpawnKeeperMsg* m) {
   SpawnKeeperWire w{};
   SP_RETURN_IF_ERROR(Unpack(in, &w));
   m->slot = w.slot;
   m->template_index = w.template_index;
+  m->session = w.session;
   return Status::Ok();
 }
 
@@ -178,6 +192,22 @@ Status Decode(std::string_view in, NurseryConfigMsg* m) {
   SP_RETURN_IF_ERROR(Unpack(in, &w));
   *m = {w.hostname, w.work_bytes, w.tmp_bytes, w.shm_bytes, w.inodes, w.open_files, w.file_size_bytes,
         w.upper_bytes, w.has_layer, w.layer_mount, std::string(w.bpf.begin(), w.bpf.end())};
+  return Status::Ok();
+}
+
+std::string Encode(const MakeDiskMsg& m) { return Pack(MakeDiskWire{m.request, m.path, m.bytes}); }
+Status Decode(std::string_view in, MakeDiskMsg* m) {
+  MakeDiskWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  *m = {w.request, w.path, w.bytes};
+  return Status::Ok();
+}
+
+std::string Encode(const DiskMadeMsg& m) { return Pack(DiskMadeWire{m.request, m.error}); }
+Status Decode(std::string_view in, DiskMadeMsg* m) {
+  DiskMadeWire w{};
+  SP_RETURN_IF_ERROR(Unpack(in, &w));
+  *m = {w.request, w.error};
   return Status::Ok();
 }
 

@@ -25,6 +25,8 @@ enum class MsgType : uint16_t {
   kSpawnKeeper = 20,  // scheduler -> spawner: start the keeper of a slot
   kKeeper = 21,       // spawner -> scheduler: a keeper started; fds: the scheduler's channel end,
                       // the keeper's pidfd
+  kMakeDisk = 22,     // scheduler -> spawner: make a session's disk image (MakeDiskMsg)
+  kDiskMade = 23,     // spawner -> scheduler: done, or why not (DiskMadeMsg)
 };
 
 struct ReadyMsg {
@@ -58,6 +60,7 @@ struct ExitedMsg {
   bool started = false;      // the exec happened
   bool killed = false;       // the keeper killed the sandbox (scheduler asked, or a limit)
   bool cpu_limit = false;    // the keeper killed it for the CPU-time limit
+  bool memory_limit = false;  // the keeper killed it for the memory limit (v1 socket buffers)
   uint64_t cpu_time_us = 0;
   uint64_t peak_memory_bytes = 0;
   uint64_t oom_kills = 0;    // OOM kills in the sandbox's cgroup during the job
@@ -78,6 +81,20 @@ struct FailedMsg {
 struct SpawnKeeperMsg {
   uint32_t slot = 0;
   uint32_t template_index = 0;  // into the template list the spawner was started with
+  bool session = false;         // a session keeper (session_keeper.h), not a job keeper
+};
+
+// A new, empty session disk: an image file of `bytes` (sparse) at `path`, holding an ext4 file
+// system. The spawner makes it (mke2fs is a program to run, and only a process without threads
+// may start one).
+struct MakeDiskMsg {
+  uint64_t request = 0;
+  std::string path;
+  uint64_t bytes = 0;
+};
+struct DiskMadeMsg {
+  uint64_t request = 0;
+  std::string error;  // empty: made
 };
 
 struct KeeperMsg {
@@ -105,6 +122,8 @@ std::string Encode(const GenerationMsg& m);
 std::string Encode(const FailedMsg& m);
 std::string Encode(const SpawnKeeperMsg& m);
 std::string Encode(const KeeperMsg& m);
+std::string Encode(const MakeDiskMsg& m);
+std::string Encode(const DiskMadeMsg& m);
 Status Decode(std::string_view in, ReadyMsg* m);
 Status Decode(std::string_view in, RunMsg* m);
 Status Decode(std::string_view in, ExitedMsg* m);
@@ -112,5 +131,7 @@ Status Decode(std::string_view in, GenerationMsg* m);
 Status Decode(std::string_view in, FailedMsg* m);
 Status Decode(std::string_view in, SpawnKeeperMsg* m);
 Status Decode(std::string_view in, KeeperMsg* m);
+Status Decode(std::string_view in, MakeDiskMsg* m);
+Status Decode(std::string_view in, DiskMadeMsg* m);
 
 }  // namespace sandpool

@@ -166,31 +166,42 @@ Status SendNurseryConfig(int mother, const std::string& blob) {
   return WriteAll(mother, framed.data(), framed.size()).Prefixed("nursery config");
 }
 
-Result<Sandbox> NurseryPrepareSandbox(int mother, SlotCgroup& cgroup) {
+Result<Sandbox> NurseryPrepareSandbox(int mother, SandboxCgroup cgroup) {
   auto fds = MakeSandboxFds();
-  if (!fds.ok()) return fds.status();
+  if (!fds.ok()) {
+    (void)cgroup.Remove();
+    return fds.status();
+  }
   int raw[6];
   for (int i = 0; i < 6; ++i) raw[i] = fds->inside[i].get();
-  SP_RETURN_IF_ERROR(SendWithFds(mother, 'N', raw, 6));
+  Status sent = SendWithFds(mother, 'N', raw, 6);
+  if (!sent.ok()) {
+    (void)cgroup.Remove();
+    return sent;
+  }
   for (UniqueFd& f : fds->inside) f.reset();
   struct pollfd p = {mother, POLLIN, 0};
   int n;
   do {
     n = ::poll(&p, 1, 10000);
   } while (n < 0 && errno == EINTR);
-  if (n == 0) return Status::Error("nursery mother did not answer within 10 s");
   char tag = 0;
   UniqueFd pidfd;
-  SP_RETURN_IF_ERROR(ReceiveWithFd(mother, &tag, &pidfd));
-  if (tag != 'P' || !pidfd) return Status::Error(std::string("nursery mother could not clone a sandbox (") + tag + ")");
+  Status got = n == 0 ? Status::Error("nursery mother did not answer within 10 s") : ReceiveWithFd(mother, &tag, &pidfd);
+  if (got.ok() && (tag != 'P' || !pidfd)) got = Status::Error(std::string("nursery mother could not clone a sandbox (") + tag + ")");
+  if (!got.ok()) {
+    (void)cgroup.Remove();
+    return got;
+  }
   Sandbox sb = std::move(fds->sb);
   sb.init_pid = PidOfPidfd(pidfd.get());
   sb.pidfd = std::move(pidfd);
+  sb.cgroup = std::move(cgroup);
   if (sb.init_pid <= 0) {
     KillSandbox(sb);
     return Status::Error("nursery: no pid for the new sandbox's init");
   }
-  return FinishSandbox(std::move(sb), cgroup, "");
+  return FinishSandbox(std::move(sb), "");
 }
 
 // ---- Inside the mother and its children (called through the library's C interface) ----

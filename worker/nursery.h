@@ -57,8 +57,8 @@ Status DecodeNurseryConfig(std::string_view blob, SandboxConfig* config, Seccomp
 Status SendNurseryConfig(int mother, const std::string& blob);
 
 // The keeper's side of one sandbox from the mother (its socket `mother`): sends the fds, takes
-// init's pidfd and finishes the sandbox like PrepareSandbox does.
-Result<Sandbox> NurseryPrepareSandbox(int mother, SlotCgroup& cgroup);
+// init's pidfd and finishes the sandbox like PrepareSandbox does, in `cgroup`.
+Result<Sandbox> NurseryPrepareSandbox(int mother, SandboxCgroup cgroup);
 
 // Inside a mother and its children; the library's C interface (nursery_lib.cc) calls these.
 // NurseryCloneInit, in the mother: clones a sandbox's init into new pid, mount, ipc and uts

@@ -1,152 +1,43 @@
 #include "worker/rootfs.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <glob.h>
-#include <linux/mount.h>
-#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <string>
 
+#include "common/syscalls.h"
+#include "worker/mount_util.h"
+
 namespace sandpool {
 namespace {
+
+using namespace layout;
 
 // The staging mount point inside the keeper's private mount namespace. /tmp always exists; the
 // host's /tmp is untouched (the mount is private to the keeper's namespace).
 constexpr const char* kStage = "/tmp";
 
-// Inside the base root, out of the way of anything an image or a job uses: the idmapped lower
-// layers (read-only, prepared by the keeper), the per-sandbox copy-on-write tmpfs and the merged
-// root of a prepared-root template (both mounted by each sandbox's init).
-constexpr const char* kLowerRoot = "/.sandpool/root";
-constexpr const char* kLowerLayer = "/.sandpool/layer";
-constexpr const char* kCow = "/.sandpool/cow";
-constexpr const char* kMerged = "/.sandpool/merged";
-
 // Public, secret-free files from the host's /etc that programs need (dynamic loader, time zone,
-// certificates for a future egress policy, per-language config). Anything not listed is absent.
-const char* const kEtcBinds[] = {
+// certificates for an egress policy, per-language config). Anything not listed is absent.
+const char* const kEtcFromHost[] = {
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "ssl", "ca-certificates",
     "ca-certificates.conf", "mime.types", "protocols", "services", "bash.bashrc", "inputrc",
-    "profile", "debian_version", "os-release",
+    "profile", "debian_version", "os-release", "localtime",
 };
 
-const char* const kMaskedProcFiles[] = {
-    "kcore", "keys", "key-users", "kallsyms", "kmsg", "kpagecgroup", "kpagecount", "kpageflags",
-    "timer_list", "sched_debug", "sysrq-trigger", "latency_stats", "config.gz",
-};
-
-Status Mount(const char* src, const std::string& dst, const char* type, unsigned long flags,
-             const char* data) {
-  if (::mount(src, dst.c_str(), type, flags, data) != 0) {
-    return ErrnoStatus(std::string("mount ") + (src ? src : "none") + " on " + dst);
-  }
-  return Status::Ok();
-}
-
-
-// A user namespace used only as the id mapping of idmapped mounts: `map` ("inside host count"
-// lines) becomes its uid_map and gid_map. A throwaway child creates it; its ns file keeps it.
-Result<UniqueFd> IdMapUserns(const std::string& map) {
-  auto ready = MakePipe();
-  if (!ready.ok()) return ready.status();
-  auto hold = MakePipe();
-  if (!hold.ok()) return hold.status();
-  pid_t child = ::fork();
-  if (child < 0) return ErrnoStatus("fork");
-  if (child == 0) {
-    // Only async-signal-safe calls: the keeper is single-threaded, but keep to the rule.
-    char c = ::unshare(CLONE_NEWUSER) == 0 ? 'u' : 'e';
-    (void)!::write(ready->write.get(), &c, 1);
-    (void)!::read(hold->read.get(), &c, 1);
-    ::_exit(0);
-  }
-  ready->write.reset();
-  hold->read.reset();
-  auto reap = [child] {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, nullptr, 0);
-  };
-  char c = 0;
-  if (::read(ready->read.get(), &c, 1) != 1 || c != 'u') {
-    reap();
-    return Status::Error("idmap user namespace: unshare(CLONE_NEWUSER) failed");
-  }
-  std::string proc = "/proc/" + std::to_string(child) + "/";
-  Status s = Status::Ok();
-  for (const char* f : {"uid_map", "gid_map"}) {
-    UniqueFd fd(::open((proc + f).c_str(), O_WRONLY | O_CLOEXEC));
-    if (!fd || ::write(fd.get(), map.data(), map.size()) != static_cast<ssize_t>(map.size())) {
-      s = ErrnoStatus("write " + proc + f);
-      break;
-    }
-  }
-  UniqueFd ns;
-  if (s.ok()) {
-    ns.reset(::open((proc + "ns/user").c_str(), O_RDONLY | O_CLOEXEC));
-    if (!ns) s = ErrnoStatus("open " + proc + "ns/user");
-  }
-  reap();
-  if (!s.ok()) return s;
-  return ns;
-}
-
-// Mounts a read-only, nosuid, nodev clone of the directory `dir_fd` at `dst`, its file owners
-// translated through `userns` (an idmapped mount: the files on disk are not touched).
-Status MountIdmapped(int dir_fd, const std::string& dst, int userns) {
-  UniqueFd tree(static_cast<int>(::syscall(SYS_open_tree, dir_fd, "",
-                                           OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)));
-  if (!tree) return ErrnoStatus("open_tree for " + dst);
-  struct mount_attr attr = {};
-  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-  attr.userns_fd = static_cast<uint64_t>(userns);
-  if (::syscall(SYS_mount_setattr, tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
-    return ErrnoStatus("idmap mount for " + dst + " (the file system must support idmapped mounts)");
-  }
-  if (::syscall(SYS_move_mount, tree.get(), "", AT_FDCWD, dst.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
-    return ErrnoStatus("move_mount " + dst);
-  }
-  return Status::Ok();
-}
-
-Status MountOverlay(const std::string& dst, const std::string& lower, const std::string& cow_name) {
-  std::string upper = std::string(kCow) + "/" + cow_name;
-  SP_RETURN_IF_ERROR(MkdirP(upper + "/u", 0755));
-  SP_RETURN_IF_ERROR(MkdirP(upper + "/w", 0755));
-  // The merged directory's owner and mode are the upper's: give it the lower's, so the layer's
-  // top directory stays its owner's (the job's, for a layer setup made).
-  struct stat st;
-  if (::stat(lower.c_str(), &st) != 0) return ErrnoStatus("stat " + lower);
-  if (::chown((upper + "/u").c_str(), st.st_uid, st.st_gid) != 0 || ::chmod((upper + "/u").c_str(), st.st_mode & 07777) != 0) {
-    return ErrnoStatus("chown " + upper + "/u");
-  }
-  // userxattr: overlay keeps its whiteouts and opaque markers in user.* xattrs, the only ones a
-  // user namespace may set (tmpfs has them).
-  std::string opts = "lowerdir=" + lower + ",upperdir=" + upper + "/u,workdir=" + upper + "/w,userxattr";
-  return Mount("overlay", dst, "overlay", MS_NOSUID | MS_NODEV, opts.c_str());
-}
-
-Status WriteNewFile(const std::string& path, std::string_view content) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (!fd) return ErrnoStatus("create " + path);
-  return WriteAll(fd.get(), content.data(), content.size()).Prefixed(path);
-}
-
-// Read-only, nosuid, nodev bind of a host path (file or directory) at the same path under the
-// stage. A host symlink is recreated as the same symlink instead.
-Status BindReadOnly(const std::string& host_path, bool optional) {
+// Read-only, nosuid, nodev bind of a host path (file or directory) at `dst`. A host symlink is
+// recreated as the same symlink instead.
+Status BindReadOnly(const std::string& host_path, const std::string& dst, bool optional) {
   struct stat st;
   if (::lstat(host_path.c_str(), &st) != 0) {
     if (optional && errno == ENOENT) return Status::Ok();
     return ErrnoStatus("stat " + host_path);
   }
-  std::string dst = std::string(kStage) + host_path;
   SP_RETURN_IF_ERROR(MkdirP(dst.substr(0, dst.rfind('/')), 0755));
   if (S_ISLNK(st.st_mode)) {
     char target[4096];
@@ -163,6 +54,50 @@ Status BindReadOnly(const std::string& host_path, bool optional) {
   }
   SP_RETURN_IF_ERROR(Mount(host_path.c_str(), dst, nullptr, MS_BIND, nullptr));
   return Mount(nullptr, dst, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr);
+}
+
+// Copies a host path (file, symlink or directory tree) to `dst`: session sandboxes lay an overlay
+// over their /etc, and an overlay does not see the mounts below its lower layer, so their /etc is
+// made of copies. Host paths only (the keeper never reads a path a sandbox controls).
+Status CopyHostTree(const std::string& src, const std::string& dst, int depth = 0) {
+  struct stat st;
+  if (::lstat(src.c_str(), &st) != 0) return errno == ENOENT ? Status::Ok() : ErrnoStatus("stat " + src);
+  if (depth > 16) return Status::Ok();
+  if (S_ISLNK(st.st_mode)) {
+    char target[4096];
+    ssize_t n = ::readlink(src.c_str(), target, sizeof target - 1);
+    if (n < 0) return ErrnoStatus("readlink " + src);
+    target[n] = '\0';
+    if (::symlink(target, dst.c_str()) != 0 && errno != EEXIST) return ErrnoStatus("symlink " + dst);
+    return Status::Ok();
+  }
+  if (S_ISDIR(st.st_mode)) {
+    if (::mkdir(dst.c_str(), st.st_mode & 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + dst);
+    DIR* d = ::opendir(src.c_str());
+    if (d == nullptr) return ErrnoStatus("opendir " + src);
+    Status s;
+    while (struct dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      s = CopyHostTree(src + "/" + name, dst + "/" + name, depth + 1);
+      if (!s.ok()) break;
+    }
+    ::closedir(d);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) return Status::Ok();
+  UniqueFd in(::open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!in) return ErrnoStatus("open " + src);
+  UniqueFd out(::open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, st.st_mode & 0644));
+  if (!out) return ErrnoStatus("create " + dst);
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(in.get(), buf, sizeof buf);
+    if (n < 0) return ErrnoStatus("read " + src);
+    if (n == 0) break;
+    SP_RETURN_IF_ERROR(WriteAll(out.get(), buf, static_cast<size_t>(n)));
+  }
+  return Status::Ok();
 }
 
 Status BuildDev() {
@@ -184,8 +119,9 @@ Status BuildDev() {
   return Mount(nullptr, dev, nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, nullptr);
 }
 
-Status BuildEtc(const SandboxConfig& config) {
-  std::string etc = std::string(kStage) + "/etc";
+// The sandbox's /etc at `etc`: a few synthesized files (users root, sandbox and nobody; its own
+// names) and the public ones of the host, bound read-only (`copy` false) or copied.
+Status BuildEtc(const SandboxConfig& config, const std::string& etc, bool copy) {
   SP_RETURN_IF_ERROR(MkdirP(etc, 0755));
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/passwd",
                                   "root:x:0:0:root:/root:/bin/sh\n"
@@ -196,36 +132,52 @@ Status BuildEtc(const SandboxConfig& config) {
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/hostname", config.hostname + "\n"));
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"));
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/resolv.conf", ""));
-  for (const char* name : kEtcBinds) SP_RETURN_IF_ERROR(BindReadOnly(std::string("/etc/") + name, true));
+  std::vector<std::string> names(std::begin(kEtcFromHost), std::end(kEtcFromHost));
   // Per-interpreter configuration directories (Debian's /etc/python3.11 holds sitecustomize).
   glob_t g;
   if (::glob("/etc/python3*", 0, nullptr, &g) == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) {
-      Status s = BindReadOnly(g.gl_pathv[i], true);
-      if (!s.ok()) {
-        ::globfree(&g);
-        return s;
-      }
-    }
+    for (size_t i = 0; i < g.gl_pathc; ++i) names.push_back(std::string(g.gl_pathv[i]).substr(5));
     ::globfree(&g);
   }
-  // localtime is a symlink into /usr/share/zoneinfo, which the /usr bind provides.
-  return BindReadOnly("/etc/localtime", true);
-}
-
-}  // namespace
-
-Status MkdirP(const std::string& path, mode_t mode) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      std::string part = path.substr(0, i);
-      if (::mkdir(part.c_str(), mode) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + part);
-    }
+  for (const std::string& name : names) {
+    // (localtime is a symlink into /usr/share/zoneinfo, which the /usr bind provides.)
+    SP_RETURN_IF_ERROR(copy ? CopyHostTree("/etc/" + name, etc + "/" + name)
+                            : BindReadOnly("/etc/" + name, etc + "/" + name, true));
   }
   return Status::Ok();
 }
 
-Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot) {
+// What a session keeper adds to its base root (docs/ARCHITECTURE.md, "Sessions"): the system
+// directories and /etc as idmapped lower layers (host root -> the slot's sandbox root, so a
+// session's copy-up of a file keeps an owner it can map), and the mountpoints of its disk.
+Status BuildSessionExtras(const SandboxConfig& config, const std::string& stage, uint32_t sroot) {
+  for (const char* d : {kSkel, kRawDisk, kDisk, kDevs, kSys, kMerged}) SP_RETURN_IF_ERROR(MkdirP(stage + d, 0755));
+  SP_RETURN_IF_ERROR(Mount("sandpool-devs", stage + kDevs, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0700"));
+  if (!config.root_dir.empty()) return Status::Ok();  // the image is the whole root
+  auto ns = IdMapUserns("0 " + std::to_string(sroot) + " 1\n");
+  if (!ns.ok()) return ns.status().Prefixed("session idmap");
+  for (const std::string& d : config.ro_dirs) {
+    struct stat st;
+    if (::lstat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || d.find('/', 1) != std::string::npos) continue;
+    UniqueFd dir(::open(d.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir) return ErrnoStatus("open " + d);
+    std::string at = stage + kSys + d;
+    SP_RETURN_IF_ERROR(MkdirP(at, 0755));
+    SP_RETURN_IF_ERROR(MountIdmapped(dir.get(), at, ns->get()).Prefixed("session lower " + d));
+  }
+  std::string src = stage + kEtcSrc;
+  SP_RETURN_IF_ERROR(MkdirP(src, 0755));
+  SP_RETURN_IF_ERROR(Mount("sandpool-etc", src, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,nr_inodes=16384,mode=0755"));
+  SP_RETURN_IF_ERROR(BuildEtc(config, src, true));
+  UniqueFd etc(::open(src.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!etc) return ErrnoStatus("open " + src);
+  SP_RETURN_IF_ERROR(MkdirP(stage + kEtc, 0755));
+  return MountIdmapped(etc.get(), stage + kEtc, ns->get()).Prefixed("session /etc (tmpfs idmapped mounts need Linux 6.3)");
+}
+
+}  // namespace
+
+Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot, bool session, UniqueFd* loop_control) {
   // Nothing we mount may propagate back to the host.
   SP_RETURN_IF_ERROR(Mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr));
   // Host directories are opened before the stage covers /tmp (they may live below it).
@@ -238,11 +190,16 @@ Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot) {
     root.reset(::open(config.root_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!root) return ErrnoStatus("open root " + config.root_dir);
   }
+  if (session && loop_control != nullptr) {
+    // Session disks are loop devices; the control device is opened while /dev is the host's.
+    loop_control->reset(::open("/dev/loop-control", O_RDWR | O_CLOEXEC));
+    if (!*loop_control) return ErrnoStatus("open /dev/loop-control (sessions need loop devices)");
+  }
   SP_RETURN_IF_ERROR(Mount("sandpool-root", kStage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755"));
   std::string stage(kStage);
   if (config.root_dir.empty()) {
-    for (const std::string& d : config.ro_dirs) SP_RETURN_IF_ERROR(BindReadOnly(d, true));
-    SP_RETURN_IF_ERROR(BuildEtc(config));
+    for (const std::string& d : config.ro_dirs) SP_RETURN_IF_ERROR(BindReadOnly(d, std::string(kStage) + d, true));
+    SP_RETURN_IF_ERROR(BuildEtc(config, stage + "/etc", false));
   }
   SP_RETURN_IF_ERROR(BuildDev());
   for (const char* d : {"/work", "/tmp", "/proc", "/root", "/var", "/var/tmp", "/.old"}) {
@@ -288,7 +245,8 @@ Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot) {
     }
   }
   if (layer || root) SP_RETURN_IF_ERROR(MkdirP(stage + kCow, 0755));
-  if (::syscall(SYS_pivot_root, kStage, (stage + "/.old").c_str()) != 0) return ErrnoStatus("pivot_root");
+  if (session) SP_RETURN_IF_ERROR(BuildSessionExtras(config, stage, sroot));
+  if (sys::PivotRoot(kStage, (stage + "/.old").c_str()) != 0) return ErrnoStatus("pivot_root");
   if (::chdir("/") != 0) return ErrnoStatus("chdir /");
   if (::umount2("/.old", MNT_DETACH) != 0) return ErrnoStatus("umount /.old");
   if (::rmdir("/.old") != 0) return ErrnoStatus("rmdir /.old");
@@ -299,77 +257,6 @@ bool HasCopyOnWriteRoot(const SandboxConfig& config) { return !config.root_dir.e
 
 bool HasCopyOnWriteLayer(const SandboxConfig& config) {
   return !config.layer_host_dir.empty() && !config.layer_writable;
-}
-
-Status MountSandboxFilesystems(const SandboxConfig& config) {
-  auto opts = [&](uint64_t bytes, const char* mode) {
-    return "size=" + std::to_string(bytes) + ",nr_inodes=" + std::to_string(config.inodes) + ",mode=" + mode;
-  };
-  const bool cow_root = HasCopyOnWriteRoot(config), cow_layer = HasCopyOnWriteLayer(config);
-  if (cow_root || cow_layer) {
-    // One size-capped tmpfs holds this sandbox's upper layers; it dies with the sandbox's mount
-    // namespace, so nothing a job changed reaches the next one or the host.
-    SP_RETURN_IF_ERROR(Mount("cow", kCow, "tmpfs", MS_NOSUID | MS_NODEV, opts(config.upper_bytes, "0755").c_str()));
-  }
-  if (cow_root) {
-    // The merged root: the image, copy-on-write. Mount points the sandbox needs are made in the
-    // upper layer when the image lacks them; /dev is the keeper's.
-    SP_RETURN_IF_ERROR(MountOverlay(kMerged, kLowerRoot, "root")
-                           .Prefixed("prepared root (needs Linux 6.6 or later: an overlay in a user "
-                                     "namespace over an idmapped lower, with a tmpfs upper)"));
-    const std::string m(kMerged);
-    for (const char* d : {"/work", "/tmp", "/var/tmp", "/proc", "/dev", "/.old"}) SP_RETURN_IF_ERROR(MkdirP(m + d, 0755));
-    SP_RETURN_IF_ERROR(Mount("/dev", m + "/dev", nullptr, MS_BIND | MS_REC, nullptr));
-    // The sandbox's own names, where the image has an /etc (best effort: an image may make
-    // them links, which are not followed).
-    (void)WriteNewFile(m + "/etc/hostname", config.hostname + "\n");
-    (void)WriteNewFile(m + "/etc/hosts", "127.0.0.1\tlocalhost " + config.hostname + "\n::1\tlocalhost\n");
-    if (!config.layer_host_dir.empty()) SP_RETURN_IF_ERROR(MkdirP(m + config.layer_mount, 0755));
-    if (config.layer_writable && !config.layer_host_dir.empty()) {
-      // A build over a prepared root: setup writes the layer itself.
-      SP_RETURN_IF_ERROR(Mount(kLowerLayer, m + config.layer_mount, nullptr, MS_BIND | MS_REC, nullptr));
-    }
-  }
-  if (cow_layer) {
-    std::string at = (cow_root ? std::string(kMerged) : std::string()) + config.layer_mount;
-    if (!MountOverlay(at, kLowerLayer, "layer").ok()) {
-      // Kernels before 6.6 (no user xattrs on tmpfs, or no overlay over idmapped layers in a
-      // user namespace before 5.19): the layer read-only, as it is, instead of copy-on-write.
-      SP_RETURN_IF_ERROR(Mount(kLowerLayer, at, nullptr, MS_BIND | MS_REC, nullptr));
-    }
-  }
-  if (cow_root || cow_layer) {
-    // The overlays hold their own references to the upper; the job needs no second way in.
-    if (::umount2(kCow, MNT_DETACH) != 0) return ErrnoStatus(std::string("umount ") + kCow);
-  }
-  if (cow_root) {
-    // The old root stays attached at /.old until the new /proc is mounted: the kernel mounts a
-    // proc in a user namespace only while a fully visible one (the keeper's bind) exists.
-    if (::syscall(SYS_pivot_root, kMerged, (std::string(kMerged) + "/.old").c_str()) != 0) return ErrnoStatus("pivot_root");
-    if (::chdir("/") != 0) return ErrnoStatus("chdir /");
-  }
-  SP_RETURN_IF_ERROR(Mount("work", "/work", "tmpfs", MS_NOSUID | MS_NODEV,
-                           (opts(config.work_bytes, "0755") + ",uid=1000,gid=1000").c_str()));
-  SP_RETURN_IF_ERROR(Mount("tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts(config.tmp_bytes, "1777").c_str()));
-  SP_RETURN_IF_ERROR(Mount("tmp", "/var/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts(config.tmp_bytes, "1777").c_str()));
-  SP_RETURN_IF_ERROR(Mount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts(config.shm_bytes, "1777").c_str()));
-  SP_RETURN_IF_ERROR(Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
-  // Kernel-wide interfaces a job has no business reading, masked like container runtimes do:
-  // /dev/null over files, an empty read-only tmpfs over directories.
-  for (const char* f : kMaskedProcFiles) {
-    std::string path = std::string("/proc/") + f;
-    if (::access(path.c_str(), F_OK) != 0) continue;
-    SP_RETURN_IF_ERROR(Mount("/dev/null", path, nullptr, MS_BIND, nullptr));
-  }
-  for (const char* d : {"/proc/acpi", "/proc/scsi", "/proc/irq", "/proc/bus"}) {
-    if (::access(d, F_OK) != 0) continue;
-    SP_RETURN_IF_ERROR(Mount("masked", d, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555"));
-  }
-  if (cow_root) {
-    if (::umount2("/.old", MNT_DETACH) != 0) return ErrnoStatus("umount /.old");
-    if (::rmdir("/.old") != 0) return ErrnoStatus("rmdir /.old");
-  }
-  return Status::Ok();
 }
 
 }  // namespace sandpool

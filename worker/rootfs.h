@@ -11,7 +11,7 @@
 // read-only and idmapped (their owners translated to this slot's sandbox root and job user), under
 // /.sandpool in the base root. ro_dirs and the synthesized /etc are not used with a root_dir.
 //
-// MountSandboxFilesystems (per sandbox, in its init, inside its user and mount namespaces):
+// MountSandboxFilesystems (per job sandbox, in its init, inside its user and mount namespaces):
 // lays a copy-on-write overlay over the layer (at layer_mount) and over a prepared root (which
 // then becomes the sandbox's root by pivot_root), their upper layers on one tmpfs capped at
 // upper_bytes; mounts the size-capped tmpfs /work, /tmp and /dev/shm and a fresh /proc for its
@@ -24,15 +24,20 @@
 
 #include <string>
 
+#include "common/fd.h"
 #include "common/status.h"
 #include "worker/sandbox_config.h"
 
 namespace sandpool {
 
-Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot);
-// mkdir -p: creates `path` and its missing parents with `mode`; existing ones are fine.
-Status MkdirP(const std::string& path, mode_t mode);
+// `session`: a session keeper's root, with what sessions need besides (mount_util.h's layout);
+// *loop_control then holds /dev/loop-control, for the sessions' disks.
+Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot, bool session = false,
+                       UniqueFd* loop_control = nullptr);
+// Inside the sandbox (sandbox_mounts.cc): a job sandbox's file systems, and a session
+// sandbox's (its disk at layout::kDisk; `fresh`: the disk is new).
 Status MountSandboxFilesystems(const SandboxConfig& config);
+Status MountSessionFilesystems(const SandboxConfig& config, bool fresh);
 // Whether a sandbox of `config` gets a copy-on-write root / layer (and so a writable "/" or
 // layer_mount whose space counts toward disk_full).
 bool HasCopyOnWriteRoot(const SandboxConfig& config);

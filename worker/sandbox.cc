@@ -77,7 +77,7 @@ Result<SandboxFds> MakeSandboxFds() {
   return f;
 }
 
-Result<Sandbox> FinishSandbox(Sandbox sb, SlotCgroup& cgroup, const std::string& id_map) {
+Result<Sandbox> FinishSandbox(Sandbox sb, const std::string& id_map) {
   auto fail = [&](const Status& s) -> Status {
     KillSandbox(sb);
     // init is our child unless a nursery mother made it (then the mother reaps it).
@@ -85,12 +85,13 @@ Result<Sandbox> FinishSandbox(Sandbox sb, SlotCgroup& cgroup, const std::string&
     ::waitid(P_PIDFD, static_cast<id_t>(sb.pidfd.get()), &info, WEXITED);
     struct pollfd dead = {sb.pidfd.get(), POLLIN, 0};
     ::poll(&dead, 1, 1000);
+    (void)sb.cgroup.Remove();
     std::string failure = InitFailure(DrainStatus(sb.status.get()));
     if (!failure.empty()) return Status::Error("sandbox init: " + failure);
     return s;
   };
   // init waits on the sync pipe, so it is in its cgroup before it runs anything of its own.
-  Status s = cgroup.Attach(sb.init_pid);
+  Status s = sb.cgroup.Attach(sb.init_pid);
   if (s.ok() && !id_map.empty()) {
     s = WriteProcFile(sb.init_pid, "setgroups", "deny");
     if (s.ok()) s = WriteProcFile(sb.init_pid, "uid_map", id_map);
@@ -120,10 +121,18 @@ Result<Sandbox> FinishSandbox(Sandbox sb, SlotCgroup& cgroup, const std::string&
   return sb;
 }
 
-Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotCgroup& cgroup,
-                               const SeccompProgram* seccomp, int nursery_lib) {
+namespace {
+
+// What init becomes after clone.
+enum class InitKind { kJob, kSession };
+
+Result<Sandbox> CloneSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
+                             const SeccompProgram* seccomp, int nursery_lib, InitKind kind, bool fresh) {
   auto fds = MakeSandboxFds();
-  if (!fds.ok()) return fds.status();
+  if (!fds.ok()) {
+    (void)cgroup.Remove();
+    return fds.status();
+  }
 
   int pidfd = -1;
   // A user namespace belongs to the effective uid that creates it, and the kernel charges the
@@ -147,20 +156,37 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotC
   long pid = sys::Clone3(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS, &pidfd);
   int clone_errno = errno;
   if (pid != 0 && ::setresuid(static_cast<uid_t>(-1), 0, static_cast<uid_t>(-1)) != 0) ::_exit(1);  // cannot go on unprivileged
-  if (pid < 0) return ErrnoStatus("clone3", clone_errno);
+  if (pid < 0) {
+    (void)cgroup.Remove();
+    return ErrnoStatus("clone3", clone_errno);
+  }
   if (pid == 0) {
     if (int err = ArrangeFds(keep, nkeep)) ::_exit(100 + err % 100);  // its status pipe is not in place
+    if (kind == InitKind::kSession) SessionInitMain(config, seccomp, fresh);
     InitMain(config, seccomp, nursery_lib >= 0 ? 9 : -1);
   }
   Sandbox sb = std::move(fds->sb);
   sb.init_pid = static_cast<pid_t>(pid);
   sb.pidfd.reset(pidfd);
+  sb.cgroup = std::move(cgroup);
   // Our copies of the sandbox's ends close here, so EOFs mean what they should.
   for (UniqueFd& f : fds->inside) f.reset();
   uint32_t root = config.host_id_base + 2 * slot;
   std::string map = "0 " + std::to_string(root) + " 1\n" + std::to_string(kJobId) + " " +
                     std::to_string(root + 1) + " 1\n";
-  return FinishSandbox(std::move(sb), cgroup, map);
+  return FinishSandbox(std::move(sb), map);
+}
+
+}  // namespace
+
+Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
+                               const SeccompProgram* seccomp, int nursery_lib) {
+  return CloneSandbox(config, slot, std::move(cgroup), seccomp, nursery_lib, InitKind::kJob, false);
+}
+
+Result<Sandbox> PrepareSessionSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
+                                      const SeccompProgram* seccomp, bool fresh) {
+  return CloneSandbox(config, slot, std::move(cgroup), seccomp, -1, InitKind::kSession, fresh);
 }
 
 }  // namespace sandpool

@@ -26,12 +26,12 @@
 
 #include "common/fd.h"
 #include "common/status.h"
+#include "worker/cgroup.h"
 #include "worker/sandbox_config.h"
 
 namespace sandpool {
 
 struct SeccompProgram;
-class SlotCgroup;
 
 struct Sandbox {
   pid_t init_pid = -1;
@@ -41,12 +41,20 @@ struct Sandbox {
   UniqueFd sync;        // keeper's end of the start-up pipe; its closing tells init we died
   // Host ends of the job's stdio, handed to the scheduler.
   UniqueFd stdin_w, stdout_r, stderr_r;
+  SandboxCgroup cgroup;  // the sandbox's own; remove it once init is gone
 };
 
 // `nursery_lib` >= 0 (an open nursery library): the sandbox's main process becomes the
 // template's nursery mother instead of a stub (nursery.h); Ready means the mother is.
-Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SlotCgroup& cgroup,
+// `cgroup` (a new SandboxCgroup of the slot) becomes the sandbox's.
+Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
                                const SeccompProgram* seccomp, int nursery_lib = -1);
+
+// A session's sandbox (session_keeper.h): init mounts the session's disk (at layout::kDisk, made
+// ready by the keeper; `fresh`: new) as its root and becomes the session's agent, whose socket
+// is `stub` (its 'R' was read: it is serving). The stdio pipes are unused.
+Result<Sandbox> PrepareSessionSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
+                                      const SeccompProgram* seccomp, bool fresh);
 
 // The two ends of a sandbox's pipes and stub socket: the host's, in a Sandbox, and the six
 // init takes, in the order it expects them at fds 3-8 (sync read, status write, stub socket,
@@ -58,10 +66,11 @@ struct SandboxFds {
 Result<SandboxFds> MakeSandboxFds();
 
 // The keeper's half of preparing a sandbox whose init (sb.init_pid, sb.pidfd) waits on its sync
-// pipe: puts init into the slot cgroup, writes `id_map` as its uid and gid map (unless empty:
-// a nursery's sandboxes share the mother's user namespace), lets it go and waits for the stub's
-// 'R'. On failure the sandbox is killed and init's own report, if any, returned.
-Result<Sandbox> FinishSandbox(Sandbox sb, SlotCgroup& cgroup, const std::string& id_map);
+// pipe: puts init into sb.cgroup, writes `id_map` as its uid and gid map (unless empty: a
+// nursery's sandboxes share the mother's user namespace), lets it go and waits for the stub's
+// 'R'. On failure the sandbox is killed (and its cgroup removed) and init's own report, if any,
+// returned.
+Result<Sandbox> FinishSandbox(Sandbox sb, const std::string& id_map);
 
 // Reads everything init wrote on its status pipe (call after init exited); empty if nothing.
 std::string DrainStatus(int fd);

@@ -22,6 +22,7 @@
 #include "common/syscalls.h"
 #include "worker/rootfs.h"
 #include "worker/seccomp/seccomp_policy.h"
+#include "worker/session_agent.h"
 #include "worker/stub_protocol.h"
 #include "worker/zygote.h"
 
@@ -243,9 +244,13 @@ int ResetSignals() {
   return ::sigprocmask(SIG_SETMASK, &none, nullptr) == 0 ? 0 : errno;
 }
 
-void StubPrologue(const SandboxConfig& config, const SeccompProgram* seccomp) {
+void StubPrologue(const SandboxConfig& config, const SeccompProgram* seccomp, bool as_root) {
   if (::setsid() < 0) StubFail(errno, "setsid", 126);
-  if (int err = DropPrivileges()) StubFail(err, "privileges", 126);
+  if (as_root) {
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) StubFail(errno, "privileges", 126);
+  } else if (int err = DropPrivileges()) {
+    StubFail(err, "privileges", 126);
+  }
   // init is not dumpable; the job is, as it would be after an execve (a nursery's job runs
   // without one): its /proc/self files are its own (environ, ...). Nothing can ptrace it:
   // the filter below forbids ptrace to every process of the sandbox.
@@ -275,7 +280,7 @@ void StubPrologue(const SandboxConfig& config, const SeccompProgram* seccomp) {
   }
 }
 
-void InitSetUp(const SandboxConfig& config) {
+void InitSetUp(const SandboxConfig& config, Status (*mount)(const SandboxConfig&)) {
   const int sync_fd = 3;
   char go;
   if (::read(sync_fd, &go, 1) != 1) ::_exit(1);  // the keeper died before writing our maps
@@ -292,7 +297,7 @@ void InitSetUp(const SandboxConfig& config) {
   if (::sethostname(config.hostname.data(), config.hostname.size()) != 0) {
     InitFail("sethostname: " + std::string(std::strerror(errno)));
   }
-  Status s = MountSandboxFilesystems(config);
+  Status s = mount != nullptr ? mount(config) : MountSandboxFilesystems(config);
   if (!s.ok()) InitFail(s.message());
 }
 
@@ -371,6 +376,56 @@ void InitMain(const SandboxConfig& config, const SeccompProgram* seccomp, int nu
   ::munmap(stack, kStubStack);
 #endif
   InitServe(config, stub);
+}
+
+namespace {
+
+// The child of SpawnSandboxProcess, on its own stack, sharing the caller's memory.
+int SandboxProcessEntry(void* arg) {
+  const auto* spec = static_cast<const SandboxProcessSpec*>(arg);
+  // Out of the way first, so that moving one into place cannot overwrite another.
+  int moved[4];
+  for (int i = 0; i < 4; ++i) {
+    moved[i] = ::fcntl(spec->fds[i], F_DUPFD_CLOEXEC, 100);
+    if (moved[i] < 0) ::_exit(126);
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (::dup3(moved[i], i, i == 3 ? O_CLOEXEC : 0) != i) ::_exit(126);
+  }
+  if (sys::CloseFrom(4) != 0) StubFail(errno, "fds", 126);
+  StubPrologue(*spec->config, spec->seccomp, spec->as_root);
+  if (spec->image != nullptr) {
+    if (::chdir(spec->image->cwd) != 0) StubFail(errno, "cwd", 126);
+    ExecJob(*spec->image);
+  }
+  StubPlan plan{spec->config, spec->seccomp, -1, spec->interp_argv, spec->interp_envp, spec->interp_cwd, 1, "interpreter"};
+  ExecInterpreter(plan);
+}
+
+}  // namespace
+
+pid_t SpawnSandboxProcess(const SandboxProcessSpec& spec) {
+#if SANDPOOL_ASAN
+  pid_t pid = ::fork();
+  if (pid == 0) SandboxProcessEntry(const_cast<SandboxProcessSpec*>(&spec));
+  return pid;
+#else
+  constexpr size_t kStack = 256 << 10;
+  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  pid_t pid = ::clone(SandboxProcessEntry, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                      const_cast<SandboxProcessSpec*>(&spec));
+  int err = errno;
+  ::munmap(stack, kStack);
+  errno = err;
+  return pid;
+#endif
+}
+
+void SessionInitMain(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh) {
+  InitSetUp(config, fresh ? +[](const SandboxConfig& c) { return MountSessionFilesystems(c, true); }
+                          : +[](const SandboxConfig& c) { return MountSessionFilesystems(c, false); });
+  SessionAgentMain(config, seccomp);
 }
 
 }  // namespace sandpool

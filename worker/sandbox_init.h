@@ -16,6 +16,7 @@
 
 #include <sys/types.h>
 
+#include "common/status.h"
 #include "worker/sandbox_config.h"
 
 namespace sandpool {
@@ -25,18 +26,43 @@ struct SeccompProgram;
 // init's whole life, in a sandbox the keeper cloned (PrepareSandbox): set-up, then the stub,
 // then InitServe. `nursery_lib` >= 0: the stub becomes the template's nursery mother.
 [[noreturn]] void InitMain(const SandboxConfig& config, const SeccompProgram* seccomp, int nursery_lib);
+// init's whole life in a session sandbox (PrepareSessionSandbox): set-up on the session's disk
+// (`fresh`: a new one), then the session's agent (session_agent.h) until the keeper ends it.
+[[noreturn]] void SessionInitMain(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh);
+
+// A process of the sandbox, started from its init (the session agent). Everything is prepared
+// by the caller; the child (CLONE_VM | CLONE_VFORK, so the caller waits until it execs or dies)
+// only moves fds, confines itself (StubPrologue: a new session and process group, no
+// capabilities unless `as_root`, rlimits, the seccomp filter) and execs. fds[0..3] become its
+// 0..3; fd 3 is where a failure is reported ("E<errno> <stage>") and stays open across the exec
+// only for an interpreter (`interp_argv`, which speaks on it: a warm shell), not for `image`.
+struct SandboxProcessSpec {
+  const SandboxConfig* config = nullptr;
+  const SeccompProgram* seccomp = nullptr;
+  int fds[4] = {-1, -1, -1, -1};
+  bool as_root = false;
+  const struct ExecImage* image = nullptr;  // exec this (cwd, argv, env, PATH candidates); or
+  char* const* interp_argv = nullptr;       // exec this interpreter
+  char* const* interp_envp = nullptr;
+  const char* interp_cwd = "/work";
+};
+// The child's pid, or -1 with errno.
+pid_t SpawnSandboxProcess(const SandboxProcessSpec& spec);
 
 // The parts a nursery's sandboxes share with the keeper's (nursery.cc).
 // InitSetUp: waits for the keeper's go, becomes sandbox root, enters its cgroup namespace, sets
-// the hostname and mounts the sandbox's filesystems; on failure reports and exits.
-void InitSetUp(const SandboxConfig& config);
+// the hostname and mounts the sandbox's filesystems (`mount`, default MountSandboxFilesystems);
+// on failure reports and exits.
+void InitSetUp(const SandboxConfig& config, Status (*mount)(const SandboxConfig&) = nullptr);
 // InitServe: drops the job's fds, reaps until `stub` ends, kills and reaps the rest of the pid
 // namespace, reports the stub's wait status, exits (which ends the namespace).
 [[noreturn]] void InitServe(const SandboxConfig& config, pid_t stub);
 // The stub's confinement (fds 0-2 the job's stdio, 3 its socket): new session, no capabilities,
-// uid 1000, no_new_privs, rlimits, default signal dispositions, then the seccomp filter. A
-// failure is reported on fd 3 and exits. Async-signal-safe.
-void StubPrologue(const SandboxConfig& config, const SeccompProgram* seccomp);
+// uid 1000 (or, `as_root`, the sandbox's root with its capabilities in the sandbox's user
+// namespace only: a session's command asked to run as root), no_new_privs, rlimits, default
+// signal dispositions, then the seccomp filter. A failure is reported on fd 3 and exits.
+// Async-signal-safe.
+void StubPrologue(const SandboxConfig& config, const SeccompProgram* seccomp, bool as_root = false);
 // Reports "F<what>" on init's status pipe (fd 4) and exits.
 [[noreturn]] void InitFail(const std::string& what);
 // Moves `fds` to 3, 4, ... in order and closes every other fd above 2. 0 or an errno.

@@ -7,6 +7,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -36,6 +39,57 @@ void WipeProcessArguments(char** argv) {
   if (static_cast<size_t>(end - start) >= sizeof kTitle) std::memcpy(start, kTitle, sizeof kTitle);
 }
 
+// A new session disk at `path`: a sparse image file of `bytes` with an ext4 file system (no
+// reserved blocks, lazy initialisation: about 10 ms). mke2fs runs in a grandchild whose status a
+// child reports on a pipe: the spawner ignores SIGCHLD (its keepers are reaped by the kernel),
+// so it could not wait for a child of its own.
+Status MakeDisk(const std::string& path, uint64_t bytes) {
+  if (path.empty() || path[0] != '/' || bytes < (16u << 20)) return Status::Error("bad disk request");
+  std::string dir = path.substr(0, path.rfind('/'));
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') {
+      std::string part = dir.substr(0, i);
+      if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + part);
+    }
+  }
+  {
+    UniqueFd img(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!img) return ErrnoStatus("create " + path);
+    if (::ftruncate(img.get(), static_cast<off_t>(bytes)) != 0) return ErrnoStatus("size " + path);
+  }
+  auto status_pipe = MakePipe();
+  if (!status_pipe.ok()) return status_pipe.status();
+  pid_t child = ::fork();
+  if (child < 0) return ErrnoStatus("fork");
+  if (child == 0) {
+    ::signal(SIGCHLD, SIG_DFL);
+    int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    pid_t mkfs = ::fork();
+    if (mkfs == 0) {
+      ::dup2(devnull, 0);
+      ::dup2(devnull, 1);
+      const char* argv[] = {"mke2fs", "-q", "-F", "-t", "ext4", "-m", "0", "-E",
+                            "lazy_itable_init=1,lazy_journal_init=1,nodiscard", path.c_str(), nullptr};
+      const char* envp[] = {"PATH=/usr/sbin:/sbin:/usr/bin:/bin", nullptr};
+      ::execve("/sbin/mke2fs", const_cast<char* const*>(argv), const_cast<char* const*>(envp));
+      ::execve("/usr/sbin/mke2fs", const_cast<char* const*>(argv), const_cast<char* const*>(envp));
+      ::_exit(127);
+    }
+    int st = 0;
+    char code = static_cast<char>(mkfs < 0 || ::waitpid(mkfs, &st, 0) != mkfs ? 126 : WIFEXITED(st) ? WEXITSTATUS(st) : 125);
+    (void)!::write(status_pipe->write.get(), &code, 1);
+    ::_exit(0);
+  }
+  status_pipe->write.reset();
+  char code = 125;
+  if (::read(status_pipe->read.get(), &code, 1) != 1) code = 125;
+  if (code != 0) {
+    ::unlink(path.c_str());
+    return Status::Error("mke2fs failed (" + std::to_string(code) + ") making " + path);
+  }
+  return Status::Ok();
+}
+
 [[noreturn]] void SpawnerMain(const std::vector<SandboxConfig>& templates, const CgroupLayout& layout,
                               pid_t daemon, UniqueFd fd, char** argv) {
   WipeProcessArguments(argv);
@@ -54,6 +108,15 @@ void WipeProcessArguments(char** argv) {
   for (;;) {
     auto f = ch.Receive();
     if (!f.ok()) ::_exit(0);
+    if (f->type == static_cast<uint16_t>(MsgType::kMakeDisk)) {
+      MakeDiskMsg req;
+      if (!Decode(f->payload, &req).ok()) continue;
+      Status made = MakeDisk(req.path, req.bytes);
+      if (!ch.Send(static_cast<uint16_t>(MsgType::kDiskMade), Encode(DiskMadeMsg{req.request, made.ok() ? "" : made.message()})).ok()) {
+        ::_exit(0);
+      }
+      continue;
+    }
     if (f->type != static_cast<uint16_t>(MsgType::kSpawnKeeper)) continue;
     SpawnKeeperMsg req;
     if (!Decode(f->payload, &req).ok() || req.template_index >= templates.size()) continue;
@@ -68,7 +131,7 @@ void WipeProcessArguments(char** argv) {
       continue;
     }
     if (pid == 0) {
-      KeeperArgs args{req.slot, ::getppid(), templates[req.template_index], layout};
+      KeeperArgs args{req.slot, ::getppid(), templates[req.template_index], layout, req.session};
       ch.Close();  // the daemon's spawner channel is not the keeper's business; frees fd 3
       pair->b.reset();
       ::dup3(pair->a.get(), 3, O_CLOEXEC);

@@ -12,6 +12,7 @@
 #include "common/job_env.h"
 #include "common/runtimes.h"
 #include "worker/messages.h"
+#include "worker/mount_util.h"
 #include "worker/rootfs.h"
 
 namespace sandpool {

@@ -73,8 +73,9 @@ Result<SimpleArgs> ParseSimple(const std::vector<std::string>& args, GlobalOptio
   return s;
 }
 
-// Prints a finished job the way `run` and `result` do, and returns its exit status.
-int Finish(const JobResult& r, bool json, uint64_t skip_stdout, uint64_t skip_stderr) {
+}  // namespace
+
+int FinishJob(const JobResult& r, bool json, uint64_t skip_stdout, uint64_t skip_stderr) {
   if (json) {
     (void)WriteFd(STDOUT_FILENO, ResultToJson(r) + "\n");
   } else {
@@ -83,6 +84,8 @@ int Finish(const JobResult& r, bool json, uint64_t skip_stdout, uint64_t skip_st
   }
   return CliExitCode(r.outcome, r.exit_code, r.signal);
 }
+
+namespace {
 
 Status Enqueue(SyncRedis& redis, const Keys& keys, const GlobalOptions& g, const JobOptions& o) {
   std::string payload = EncodeJobRequest(o.spec, o.send_max_output);
@@ -125,7 +128,7 @@ int RunCommand(const std::vector<std::string>& args, GlobalOptions g) {
     PrintError("job " + o->spec.id + " was submitted; see 'sandpool result --wait " + o->spec.id + "'");
     return kExitFailure;
   }
-  return Finish(r.value(), o->json, watcher.streamed_stdout(r.value()),
+  return FinishJob(r.value(), o->json, watcher.streamed_stdout(r.value()),
                 watcher.streamed_stderr(r.value()));
 }
 
@@ -171,7 +174,7 @@ int ResultCommand(const std::vector<std::string>& args, GlobalOptions g) {
       PrintError(id + ": not finished");
       return kExitNotFinished;
     }
-    return Finish(*r.value(), a->json, 0, 0);
+    return FinishJob(*r.value(), a->json, 0, 0);
   }
   if (Status s = watcher.Subscribe(); !s.ok()) {
     PrintError(s.message());
@@ -186,7 +189,7 @@ int ResultCommand(const std::vector<std::string>& args, GlobalOptions g) {
     PrintError(r.status().message());
     return kExitFailure;
   }
-  return Finish(r.value(), a->json, 0, 0);
+  return FinishJob(r.value(), a->json, 0, 0);
 }
 
 int CancelCommand(const std::vector<std::string>& args, GlobalOptions g) {

@@ -17,6 +17,10 @@ int ResultCommand(const std::vector<std::string>& args, GlobalOptions g);
 int CancelCommand(const std::vector<std::string>& args, GlobalOptions g);
 int StatusCommand(const std::vector<std::string>& args, GlobalOptions g);
 
+// Prints a finished job (or session command) the way `run` and `result` do: its output (past
+// the first skip_* bytes already streamed) and outcome line, or JSON; returns its exit status.
+int FinishJob(const JobResult& r, bool json, uint64_t skip_stdout, uint64_t skip_stderr);
+
 // "sandpool: <message>" on stderr.
 void PrintError(std::string_view message);
 

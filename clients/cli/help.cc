@@ -36,6 +36,7 @@ Commands:
   result   print a finished job's output; exits with the job's status
   cancel   cancel a queued or running job
   status   queue and daemon overview, or one job's state
+  session  sandboxes that keep files and processes between commands (create, exec, ...)
 
 'sandpool COMMAND --help' describes each command.
 )";
@@ -78,6 +79,30 @@ Without ID: the queue's length, its consumer group (pending entries, lag) and th
 With ID: the job's state fields and whether its result is stored.
 )";
 
+constexpr std::string_view kSession = R"(usage: sandpool session SUBCOMMAND ID [options]
+
+A session is a sandbox that keeps its files and processes between commands, stops (files kept)
+and resumes. Each subcommand is one operation; values print as JSON; errors as
+'sandpool: <code>: <message>' with exit status 1.
+
+  create ID [--template T] [--memory SIZE] [--disk SIZE] [--pids N] [--cpus F]
+            [--idle-timeout SECONDS] [--lifetime SECONDS] [--ephemeral]
+            [--label K=V]... [--env K=V]... [--wait SECONDS]
+                        create, or connect to a running one, or resume a stopped one
+  info ID               state, limits and usage
+  stop ID               end every process; keep every file
+  destroy ID            remove it and its files
+  ls                    every session: id, state, template, host
+  exec ID [--as-root] [job options] -- CMD...   (or --shell 'LINE')
+                        run a command in it; streams its output, exits with its status
+  write ID PATH [--mode OCTAL] [--as-root]      write stdin to PATH in the session
+  read ID PATH [--as-root]                      print the file at PATH
+  spawn ID [--env K=V] [--cwd DIR] -- CMD...    (or --shell 'LINE') start a background process
+  ps ID                 its background processes
+  logs ID PID [--wait] [--tail N]               a background process's output
+  kill ID PID [--signal N]
+)";
+
 }  // namespace
 
 std::string_view HelpText(std::string_view command) {
@@ -94,6 +119,8 @@ std::string_view HelpText(std::string_view command) {
   if (command == "result") return result;
   if (command == "cancel") return cancel;
   if (command == "status") return status;
+  static const std::string session = std::string(kSession) + std::string(kJobOptions) + std::string(kGlobal);
+  if (command == "session") return session;
   return top;
 }
 

@@ -9,6 +9,7 @@
 #include "clients/cli/commands.h"
 #include "clients/cli/help.h"
 #include "clients/cli/output.h"
+#include "clients/cli/session.h"
 
 int main(int argc, char** argv) {
   using namespace sandpool::cli;
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   if (command == "result") return ResultCommand(rest, g);
   if (command == "cancel") return CancelCommand(rest, g);
   if (command == "status") return StatusCommand(rest, g);
+  if (command == "session") return SessionCommand(rest, g);
   PrintError("unknown command '" + command + "'; see 'sandpool --help'");
   return kExitUsage;
 }

@@ -6,6 +6,7 @@
 
 #include "common/fd.h"
 #include "common/log.h"
+#include "queue/result_fields.h"
 
 namespace sandpool::cli {
 namespace {
@@ -14,12 +15,6 @@ void AppendBool(std::string& out, bool b) { out += b ? "true" : "false"; }
 
 void AppendOptInt(std::string& out, const std::optional<int>& v) {
   out += v ? std::to_string(*v) : "null";
-}
-
-void Field(std::string& out, std::string_view name) {
-  if (out.size() > 1) out += ',';
-  AppendJsonString(out, name);
-  out += ':';
 }
 
 void RenderObject(const msgpack::object& o, std::string& out) {
@@ -104,56 +99,46 @@ void PrintOutcomeLine(const JobResult& r) {
   (void)WriteFd(STDERR_FILENO, line);
 }
 
+namespace {
+
+// Appends each field of VisitResultFields as JSON (bytes as UTF-8 text, invalid bytes escaped).
+struct ResultJson {
+  std::string& o;
+  bool first = true;
+  void Key(const char* name) {
+    if (!first) o += ',';
+    first = false;
+    AppendJsonString(o, name);
+    o += ':';
+  }
+  void Str(const char* n, const std::string& s) { Key(n), AppendJsonString(o, s); }
+  void Bytes(const char* n, const std::string& s) { Key(n), AppendJsonString(o, s); }
+  void Bool(const char* n, bool b) { Key(n), AppendBool(o, b); }
+  void U64(const char* n, uint64_t u) { Key(n), o += std::to_string(u); }
+  void U32(const char* n, uint32_t u) { Key(n), o += std::to_string(u); }
+  void OptInt(const char* n, const std::optional<int>& i) { Key(n), AppendOptInt(o, i); }
+  void Outcome(const char* n, sandpool::Outcome v) { Key(n), AppendJsonString(o, OutcomeName(v)); }
+  void Error(const char* n, const std::optional<JobError>& e) {
+    Key(n);
+    if (!e) {
+      o += "null";
+      return;
+    }
+    o += "{\"code\":";
+    AppendJsonString(o, ErrorCodeName(e->code));
+    o += ",\"message\":";
+    AppendJsonString(o, e->message);
+    o += ",\"retryable\":";
+    AppendBool(o, ErrorCodeRetryable(e->code));
+    o += '}';
+  }
+};
+
+}  // namespace
+
 std::string ResultToJson(const JobResult& r) {
   std::string o = "{";
-  Field(o, "id");
-  AppendJsonString(o, r.id);
-  Field(o, "outcome");
-  AppendJsonString(o, OutcomeName(r.outcome));
-  Field(o, "exit_code");
-  AppendOptInt(o, r.exit_code);
-  Field(o, "signal");
-  AppendOptInt(o, r.signal);
-  Field(o, "timed_out");
-  AppendBool(o, r.timed_out);
-  Field(o, "killed");
-  AppendBool(o, r.killed);
-  Field(o, "stdout");
-  AppendJsonString(o, r.stdout_data);
-  Field(o, "stderr");
-  AppendJsonString(o, r.stderr_data);
-  Field(o, "stdout_truncated");
-  AppendBool(o, r.stdout_truncated);
-  Field(o, "stderr_truncated");
-  AppendBool(o, r.stderr_truncated);
-  Field(o, "stdout_dropped_bytes");
-  o += std::to_string(r.stdout_dropped_bytes);
-  Field(o, "stderr_dropped_bytes");
-  o += std::to_string(r.stderr_dropped_bytes);
-  Field(o, "exec_time_us");
-  o += std::to_string(r.exec_time_us);
-  Field(o, "cpu_time_us");
-  o += std::to_string(r.cpu_time_us);
-  Field(o, "peak_memory_bytes");
-  o += std::to_string(r.peak_memory_bytes);
-  Field(o, "queue_wait_us");
-  o += std::to_string(r.queue_wait_us);
-  Field(o, "worker");
-  AppendJsonString(o, r.worker);
-  Field(o, "attempt");
-  o += std::to_string(r.attempt);
-  Field(o, "error");
-  if (r.error) {
-    o += "{\"code\":";
-    AppendJsonString(o, ErrorCodeName(r.error->code));
-    o += ",\"message\":";
-    AppendJsonString(o, r.error->message);
-    o += ",\"retryable\":";
-    AppendBool(o, ErrorCodeRetryable(r.error->code));
-    o += '}';
-  } else {
-    o += "null";
-  }
+  VisitResultFields(r, ResultJson{o});
   o += '}';
   return o;
 }

@@ -112,12 +112,29 @@ TEST(Metrics, HistogramsHaveTheConventionalBuckets) {
   EXPECT_LINE(t, "sandpool_sandbox_prepare_seconds_count 1");
   EXPECT_LINE(t, "sandpool_sandbox_prepare_seconds_bucket{le=\"0.025\"} 1");
 
-  // 19 finite buckets + Inf for each of the three histograms.
+  // 19 finite buckets + Inf for each histogram made at start (the three of jobs and the
+  // session start's; per-operation ones appear with their first sample).
   size_t buckets = 0;
   for (size_t pos = 0; (pos = t.find("_seconds_bucket{", pos)) != std::string::npos; ++pos) {
     ++buckets;
   }
-  EXPECT_EQ(buckets, 3u * 20u);
+  EXPECT_EQ(buckets, 4u * 20u);
+}
+
+TEST(Metrics, SessionSeriesAppearWithUse) {
+  Metrics m;
+  m.SetSessions("running", 2);
+  m.SessionOp("exec", "exit", 0.004);
+  m.SessionOp("read", "not_found", 0.001);
+  m.ObserveSessionStart(0.03);
+  m.SessionFileBytes(100);
+  std::string t = m.Serialize();
+  EXPECT_LINE(t, "sandpool_sessions{state=\"running\"} 2");
+  EXPECT_LINE(t, "sandpool_session_ops_total{op=\"exec\",result=\"exit\"} 1");
+  EXPECT_LINE(t, "sandpool_session_ops_total{op=\"read\",result=\"not_found\"} 1");
+  EXPECT_LINE(t, "sandpool_session_op_seconds_count{op=\"exec\"} 1");
+  EXPECT_LINE(t, "sandpool_session_start_seconds_count 1");
+  EXPECT_LINE(t, "sandpool_session_file_request_bytes_total 100");
 }
 
 TEST(Metrics, NamesFollowConventions) {

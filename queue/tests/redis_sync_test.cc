@@ -46,8 +46,8 @@ class RedisServer {
   // Starts redis-server with `extra` arguments; returns false (and the test skips or fails)
   // when it does not come up within 10 s.
   bool Start(const std::vector<std::string>& extra) {
-    char tmpl[] = "/tmp/sp_queue_test_XXXXXX";
-    if (!mkdtemp(tmpl)) return false;
+    std::string tmpl = std::filesystem::temp_directory_path().string() + "/sp_queue_test_XXXXXX";
+    if (!mkdtemp(tmpl.data())) return false;
     dir_ = tmpl;
     sock_ = dir_ + "/redis.sock";
     port_ = FreeTcpPort();

@@ -66,9 +66,11 @@ TEST(Outcome, KernelLimitsAreNamed) {
   children_killed.oom_kills = 2;
   EXPECT_EQ(Fill(children_killed).outcome, Outcome::kMemoryLimit);
   EXPECT_EQ(Fill(children_killed).exit_code, 0);
+  // A full space at the end is disk_limit whatever the exit code (PROTOCOL.md section 5).
   ExitedMsg exact_fill = Exited(0);
   exact_fill.disk_full = true;
-  EXPECT_EQ(Fill(exact_fill).outcome, Outcome::kExit);
+  EXPECT_EQ(Fill(exact_fill).outcome, Outcome::kDiskLimit);
+  EXPECT_EQ(Fill(exact_fill).exit_code, 0);
   ExitedMsg cpu = Signaled(SIGKILL);
   cpu.cpu_limit = true;
   EXPECT_EQ(Fill(cpu).outcome, Outcome::kCpuLimit);
@@ -76,6 +78,43 @@ TEST(Outcome, KernelLimitsAreNamed) {
   EXPECT_EQ(Fill(cpu).outcome, Outcome::kMemoryLimit);
   EXPECT_EQ(Fill(Signaled(SIGTERM)).outcome, Outcome::kSignal);
   EXPECT_EQ(Fill(Signaled(SIGTERM)).signal, SIGTERM);
+}
+
+// The precedence of PROTOCOL.md section 5, and `killed` and `signal` as it defines them.
+TEST(Outcome, PrecedenceKilledAndSignal) {
+  // A fork bomb that ignores fork errors until its timeout: the limit it hit is the cause.
+  ExitedMsg bomb;
+  bomb.pids_max_hits = 1000;
+  JobResult r = Fill(bomb, KillReason::kTimeout);
+  EXPECT_EQ(r.outcome, Outcome::kPidsLimit);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_TRUE(r.killed);
+  EXPECT_EQ(r.signal, SIGKILL);  // the daemon's kill ended it
+  // Daemon kills report SIGKILL and killed; an OOM kill too; a pids limit alone kills nothing.
+  for (KillReason k : {KillReason::kTimeout, KillReason::kCancel, KillReason::kOutputLimit, KillReason::kShutdown}) {
+    JobResult killed = Fill(ExitedMsg(), k);
+    EXPECT_TRUE(killed.killed);
+    EXPECT_EQ(killed.signal, SIGKILL);
+    EXPECT_FALSE(killed.exit_code.has_value());
+  }
+  ExitedMsg oom = Signaled(SIGKILL);
+  oom.oom_kills = 1;
+  EXPECT_TRUE(Fill(oom).killed);
+  EXPECT_EQ(Fill(oom).signal, SIGKILL);
+  ExitedMsg pids = Exited(1);
+  pids.pids_max_hits = 1;
+  EXPECT_FALSE(Fill(pids).killed);
+  EXPECT_EQ(Fill(pids).exit_code, 1);
+  ExitedMsg cpu;
+  cpu.cpu_limit = true;
+  EXPECT_TRUE(Fill(cpu).killed);
+  EXPECT_EQ(Fill(cpu).signal, SIGKILL);
+  EXPECT_TRUE(Fill(Signaled(SIGXCPU)).killed);
+  // A cancel outranks everything; memory outranks the timeout it caused.
+  EXPECT_EQ(Fill(oom, KillReason::kCancel).outcome, Outcome::kCancelled);
+  EXPECT_EQ(Fill(oom, KillReason::kTimeout).outcome, Outcome::kMemoryLimit);
+  // A job that ends on its own is not killed.
+  EXPECT_FALSE(Fill(Signaled(SIGSEGV)).killed);
 }
 
 TEST(Outcome, ExecFailureAndLostSandbox) {

@@ -28,6 +28,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import msgpack
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -206,6 +208,42 @@ class Pool:
             fields["stdin"] = fields["stdin"].encode()
         return submit(self.r, job_map(job_id, **fields))
 
+    def submit_until(self, marker: bytes, shell: Optional[str] = None, argv: Optional[List[str]] = None,
+                     timeout: float = 60, **fields) -> str:
+        """Submits a job and returns once its live stdout has shown `marker` (the job reached
+        the state a test needs: it listens, it holds its resources...), following the job's own
+        events instead of sleeping and assuming (a test must not pass without testing anything
+        because a loaded machine was slow). Fails the test if the job ends first."""
+        job_id = new_id(fields.pop("prefix", "h"))
+        p = self.r.pubsub()
+        p.subscribe(f"sandpool:out:{job_id}")
+        try:
+            while p.get_message(timeout=1) is None:  # the subscribe confirmation
+                pass
+            if shell is not None:
+                fields["shell"] = shell
+            if argv is not None:
+                fields["argv"] = argv
+            if isinstance(fields.get("stdin"), str):
+                fields["stdin"] = fields["stdin"].encode()
+            submit(self.r, job_map(job_id, **fields))
+            seen = b""
+            deadline = time.monotonic() + timeout
+            while marker not in seen:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"job {job_id} never printed {marker!r}; got {seen!r}")
+                m = p.get_message(timeout=0.5)
+                if not m or m["type"] != "message":
+                    continue
+                ev = msgpack.unpackb(m["data"])
+                if ev["type"] == "stdout":
+                    seen += ev["data"]
+                elif ev["type"] == "exited":
+                    raise AssertionError(f"job {job_id} ended before printing {marker!r}: {ev['result']}")
+            return job_id
+        finally:
+            p.close()
+
     def wait(self, ids, timeout: float = 60) -> Dict[str, dict]:
         out = wait_results(self.r, ids, timeout)
         self.results.extend(out.values())
@@ -317,6 +355,7 @@ class Pool:
 
     def stop(self):
         self.daemon.stop()
+        self.daemon.cleanup()
 
 
 # -- host-compiled helper programs -----------------------------------------------------------

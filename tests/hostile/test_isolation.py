@@ -189,15 +189,14 @@ def test_only_loopback_interface(pool):
 def test_sandboxes_cannot_reach_each_other(pool):
     """Two concurrent jobs: one listens on TCP loopback and an abstract unix socket; the other,
     in another slot, must reach neither."""
-    listener = pool.submit(argv=["/usr/bin/python3", "-c",
+    listener = pool.submit_until(b"listening", argv=["/usr/bin/python3", "-c",
         "import socket, time\n"
         "t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); t.bind(('127.0.0.1', 47001)); t.listen()\n"
         "u = socket.socket(socket.AF_UNIX); u.bind('\\0sandpool-hostile'); u.listen()\n"
         "print('listening', flush=True)\n"
         "t.settimeout(4); \n"
         "try: c, a = t.accept(); print('ACCEPTED', a)\n"
-        "except OSError: print('nobody came')\n"], timeout_ms=10000)
-    time.sleep(1.0)
+        "except OSError: print('nobody came')\n"], timeout_ms=30000)
     prober = pool.run(argv=["/usr/bin/python3", "-c",
         "import socket\n"
         "try: socket.create_connection(('127.0.0.1', 47001), timeout=2); print('TCP REACHED')\n"
@@ -351,8 +350,7 @@ def test_job_runs_as_an_unprivileged_host_uid(pool):
 # --- case 19: signals -------------------------------------------------------------------------
 
 def test_kill_minus_one_and_kill_init_leave_the_pool_alone(pool):
-    other = pool.submit(shell="sleep 3; echo alive", timeout_ms=15000)
-    time.sleep(0.5)
+    other = pool.submit_until(b"up", shell="echo up; sleep 3; echo alive", timeout_ms=30000)
     # host pids of the daemon, this test and sandbox processes (none exist in the job's pid namespace)
     pids = " ".join(str(p) for p in [pool.daemon.proc.pid, os.getpid()] + list(pool.sandbox_processes())[:4] if p > 100)
     res = pool.run(shell=f"kill -9 1 2>&1; echo init=$?; for p in {pids}; do kill -9 $p 2>/dev/null; done; "
@@ -361,7 +359,7 @@ def test_kill_minus_one_and_kill_init_leave_the_pool_alone(pool):
     assert b"init=1" in res["stdout"] and b"still here" in res["stdout"], res
     assert pool.daemon.proc.poll() is None
     out = pool.wait([other])[other]
-    assert out["outcome"] == "exit" and out["stdout"] == b"alive\n", out
+    assert out["outcome"] == "exit" and out["stdout"] == b"up\nalive\n", out
 
 
 def test_signal_storm_to_init(pool):
@@ -456,11 +454,11 @@ def test_exec_from_dev_shm_is_refused(pool):
 
 
 def test_sysv_ipc_is_private_between_concurrent_sandboxes(pool):
-    a = pool.submit(shell="ipcmk -M 4096 -p 0600 >/dev/null; python3 -c 'import sysv_ipc' 2>/dev/null; sleep 2; ipcs -m | grep -c 0x", timeout_ms=10000)
-    time.sleep(0.7)
+    a = pool.submit_until(b"made", shell="ipcmk -M 4096 -p 0600 >/dev/null; echo made; sleep 2; ipcs -m | grep -c 0x",
+                          timeout_ms=30000)
     b = pool.run(shell="ipcs -m | grep -c 0x; ls /dev/shm | wc -l")
     assert b["stdout"] == b"0\n0\n", b
-    assert pool.wait([a])[a]["stdout"] == b"1\n"
+    assert pool.wait([a])[a]["stdout"] == b"made\n1\n"
 
 
 HOST_PROBE = r"""
@@ -479,15 +477,14 @@ def test_per_user_kernel_limits_are_not_charged_to_host_root(pool):
     the namespace's owner in every parent namespace. A job that takes all it can must not use up
     a budget that host root (systemd, journald, sandpoold, every other sandbox) shares."""
     import subprocess
-    hog = pool.submit(argv=["/usr/bin/python3", "-c",
+    hog = pool.submit_until(b"mqueues", argv=["/usr/bin/python3", "-c",
         "import ctypes, os, time\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "n = m = 0\n"
         "while n < 100000 and libc.inotify_init1(0) >= 0: n += 1\n"
         "while m < 10000 and libc.mq_open(b'/q%d' % m, os.O_CREAT | os.O_RDWR, 0o600, None) >= 0: m += 1\n"
         "print('inotify', n, 'mqueues', m, flush=True)\n"
-        "time.sleep(4)\n"], timeout_ms=15000)
-    time.sleep(2.0)
+        "time.sleep(4)\n"], timeout_ms=30000)
     probe = subprocess.run(["/usr/bin/python3", "-c", HOST_PROBE], capture_output=True, text=True, timeout=30)
     res = pool.wait([hog])[hog]
     assert res["outcome"] == "exit" and res["stdout"].startswith(b"inotify "), res
@@ -497,7 +494,7 @@ def test_per_user_kernel_limits_are_not_charged_to_host_root(pool):
 @pytest.mark.xfail(strict=True, reason="BUG F11 (FINDINGS.md): inotify on the shared /usr bind shows which programs the host and other sandboxes run")
 def test_inotify_on_shared_binds_does_not_reveal_other_tenants(pool):
     import subprocess
-    watcher = pool.submit(argv=["/usr/bin/python3", "-c",
+    watcher = pool.submit_until(b"watch ", argv=["/usr/bin/python3", "-c",
         "import ctypes, os, struct, time\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "fd = libc.inotify_init1(os.O_NONBLOCK)\n"
@@ -509,8 +506,7 @@ def test_inotify_on_shared_binds_does_not_reveal_other_tenants(pool):
         "while i < len(buf):\n"
         "    w, m, c, l = struct.unpack_from('iIII', buf, i)\n"
         "    names.add(buf[i + 16:i + 16 + l].rstrip(b'\\0').decode()); i += 16 + l\n"
-        "print(sorted(names))\n"], timeout_ms=10000)
-    time.sleep(1.0)
+        "print(sorted(names))\n"], timeout_ms=30000)
     subprocess.run(["/usr/bin/hostid"], capture_output=True)       # a host process
     other = pool.submit(argv=["/usr/bin/whoami"])                   # another sandbox's job
     out = pool.wait([watcher, other])

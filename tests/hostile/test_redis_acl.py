@@ -50,6 +50,7 @@ def acl_setup():
     client = redis.Redis(host="127.0.0.1", port=port, username="sandpool-client", password=CLIENT_PW, socket_timeout=30)
     yield server, d, client, port, url
     d.stop()
+    d.cleanup()
     server.stop()
 
 
@@ -69,6 +70,7 @@ def test_daemon_reads_sandpool_redis_url(acl_setup):
         assert admin.exists(f"sandpool:daemon:{d2.consumer}"), d2.log_tail()
     finally:
         d2.stop()
+        d2.cleanup()
 
 
 def test_password_is_not_on_the_daemon_command_line(acl_setup):

@@ -29,3 +29,4 @@ def daemons(redis_server):
     yield make
     for d in started:
         d.stop()
+        d.cleanup()

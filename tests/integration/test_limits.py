@@ -39,6 +39,7 @@ def pool(request):
     d.start(wait_ready=server.client())
     yield server.client(), d
     d.stop()
+    d.cleanup()
     server.stop()
     os.unlink(conf.name)
 

@@ -102,17 +102,26 @@ class Daemon:
     MAX_SANDBOXES = 24  # every pool (default, python, node) and its growth fits below this
 
     def __init__(self, redis_url: str, workers: int = 4, consumer: Optional[str] = None,
-                 extra: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None):
+                 extra: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None,
+                 state_dir: Optional[str] = None):
         self.consumer = consumer or "it-" + secrets.token_hex(4)
+        # Its own state directory (template layers, session disks), kept across restarts of this
+        # Daemon object and removed by cleanup().
+        self.owns_state = state_dir is None and not any(a.startswith("--state-dir") for a in (extra or []))
+        self.state_dir = state_dir or tempfile.mkdtemp(prefix=f"sandpool-state-{self.consumer}-")
         self.workers = workers
         self.uid_base = Daemon._next_uid_base
-        # Pool slots, then one template-build slot per template: all of the daemon's host uids.
-        self.uid_span = 2 * (self.MAX_SANDBOXES + 8)
+        # Pool slots, one template-build slot per template, then session keepers (as many as
+        # sandboxes, plus a spare per template): all of the daemon's host uids (Pools::UidSpan).
+        self.uid_span = 2 * (2 * self.MAX_SANDBOXES + 2 * 8)
         Daemon._next_uid_base += self.uid_span + 16
         self.log_path = tempfile.mktemp(prefix=f"sandpoold-{self.consumer}-", suffix=".log")
         self.args = [SANDPOOLD, "--redis", redis_url, "--metrics-addr", "off", "--workers", str(workers),
                      "--max-sandboxes", str(self.MAX_SANDBOXES), "--consumer", self.consumer,
-                     "--uid-base", str(self.uid_base), "--log-level", "info"] + (extra or [])
+                     "--uid-base", str(self.uid_base), "--log-level", "info"]
+        if not any(a.startswith("--state-dir") for a in (extra or [])):
+            self.args += ["--state-dir", self.state_dir]
+        self.args += extra or []
         self.env = dict(os.environ, **(env or {}))
         self.proc: Optional[subprocess.Popen] = None
 
@@ -152,6 +161,11 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+    def cleanup(self) -> None:
+        """Removes the state directory this harness made (after stop())."""
+        if self.owns_state:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
 
     def sandbox_processes(self) -> List[int]:
         """Host pids of every process running as one of this daemon's sandbox uids."""

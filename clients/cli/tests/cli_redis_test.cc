@@ -69,8 +69,8 @@ class CliRedisTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!kRedisServer) GTEST_SKIP() << "no redis-server";
-    char tmpl[] = "/tmp/sp_cli_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    std::string tmpl = std::filesystem::temp_directory_path().string() + "/sp_cli_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
     url_.unix_path = dir_ + "/r.sock";
     pid_ = fork();

@@ -1,5 +1,6 @@
 #include "clients/cli/job_options.h"
 
+#include <filesystem>
 #include <gtest/gtest.h>
 
 namespace sandpool::cli {
@@ -98,7 +99,8 @@ TEST(JobOptions, Help) {
 }
 
 TEST(JobOptions, StdinFile) {
-  char path[] = "/tmp/sp_cli_stdin_XXXXXX";
+  std::string tmpl = std::filesystem::temp_directory_path().string() + "/sp_cli_stdin_XXXXXX";
+  char* path = tmpl.data();
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(write(fd, "a\0b", 3), 3);

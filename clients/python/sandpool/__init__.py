@@ -1,6 +1,6 @@
 """Python client for sandpool, the self-hosted sandbox worker pool.
 
-Talks only to Redis, following docs/PROTOCOL.md (protocol version 1)::
+Talks only to Redis, following docs/PROTOCOL.md (version 1: jobs; version 2: sessions)::
 
     from sandpool import Client
 
@@ -11,6 +11,7 @@ Talks only to Redis, following docs/PROTOCOL.md (protocol version 1)::
 
 from ._url import DEFAULT_URL, RedisAddress, parse_redis_url
 from .client import URL_ENV, Client, JobStatus, Keys, WaitTimeout, new_job_id
+from .session import OpResult, Process, Session, SessionError, SessionInfo
 from .protocol import (
     ERROR_CODES,
     EVENT_TYPES,
@@ -36,11 +37,16 @@ __all__ = [
     "Event",
     "JobStatus",
     "Keys",
+    "OpResult",
+    "Process",
     "OUTCOMES",
     "PROTOCOL_VERSION",
     "ProtocolError",
     "RedisAddress",
     "Result",
+    "Session",
+    "SessionError",
+    "SessionInfo",
     "URL_ENV",
     "WaitTimeout",
     "build_job_map",

@@ -13,9 +13,14 @@ import dataclasses
 import os
 import secrets
 import time
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
+
+import msgpack
 
 import redis
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .session import Session
 
 from ._url import DEFAULT_URL, RedisAddress, parse_redis_url
 from .protocol import (
@@ -96,6 +101,19 @@ class Keys:
 
     def daemon(self, consumer: str) -> str:
         return f"{self.prefix}:daemon:{consumer}"
+
+    def session(self, session_id: str) -> str:
+        return f"{self.prefix}:session:{session_id}"
+
+    def session_intake(self, queue: str) -> str:
+        return f"{self.prefix}:sreq:{queue}"
+
+    def session_stream(self, queue: str, consumer: str) -> str:
+        return f"{self.prefix}:sreq:{queue}:{consumer}"
+
+    @property
+    def sessions(self) -> str:
+        return f"{self.prefix}:sessions"
 
     @property
     def dead(self) -> str:
@@ -306,6 +324,35 @@ class Client:
         except BaseException:
             _close_quietly(pubsub)
             raise
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def session(self, session_id: Optional[str] = None, *, start: bool = True, **create_options: Any) -> "Session":
+        """A session (PROTOCOL.md sections 12-19): created, connected to, or resumed when
+        ``start`` (the default); a random id unless given. ``create_options`` as for
+        :meth:`Session.start`."""
+        from .session import Session
+
+        s = Session(self, session_id or "s-" + new_job_id(), **create_options)
+        if start:
+            s.start()
+        return s
+
+    def sessions(self) -> List[Dict[str, str]]:
+        """Every session's record (state, template, consumer, labels, ...), from Redis."""
+        ids = sorted(m.decode() for m in self.redis.smembers(self.keys.sessions))
+        pipe = self.redis.pipeline(transaction=False)
+        for sid in ids:
+            pipe.hgetall(self.keys.session(sid))
+        out = []
+        for sid, rec in zip(ids, pipe.execute()):
+            if rec:
+                row = {k.decode(): v for k, v in rec.items()}
+                labels = row.pop("labels", b"")
+                row.pop("options", None)
+                out.append(dict({k: v.decode("utf-8", "replace") for k, v in row.items()}, session=sid,
+                                labels=msgpack.unpackb(labels, raw=False) if labels else {}))
+        return out
 
     # -- control -----------------------------------------------------------------------------
 
