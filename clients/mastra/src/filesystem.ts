@@ -147,7 +147,7 @@ export class SandpoolFilesystem extends MastraFilesystem {
         return notFound === "dir" ? new DirectoryNotFoundError(path) : new FileNotFoundError(path);
       case "exists":
         return new FileExistsError(path);
-      case "not_empty": // sandpoold's code for a non-empty directory (not in PROTOCOL.md section 19)
+      case "not_empty":
         return new DirectoryNotEmptyError(path);
       case "is_a_directory":
         return new IsDirectoryError(path);
@@ -440,11 +440,8 @@ export class SandpoolFilesystem extends MastraFilesystem {
           throw new DirectoryNotFoundError(path);
         }
         if (ex.type !== "dir") throw new NotDirectoryError(path);
-        if (!options.recursive) {
-          const inside = await s.list(abs, { limit: 1, asRoot: this.asRoot });
-          if (inside.entries.length > 0) throw new DirectoryNotEmptyError(path);
-        }
-        await s.remove(abs, { recursive: true, force: options.force, asRoot: this.asRoot });
+        // Without recursive, a non-empty directory is `not_empty` (DirectoryNotEmptyError).
+        await s.remove(abs, { recursive: options.recursive === true, force: options.force, asRoot: this.asRoot });
       });
     } catch (e) {
       if (e instanceof FilesystemError) throw e;

@@ -130,6 +130,10 @@ export class NoSpaceError extends SessionError {}
 export class ConflictError extends SessionError {}
 /** `process_exited`: the background process has exited. */
 export class ProcessExitedError extends SessionError {}
+/** `not_empty`: `remove` of a non-empty directory without `recursive`. */
+export class NotEmptyError extends SessionError {}
+/** `unsupported`: the daemon does not implement the operation (snapshots, for now). */
+export class UnsupportedError extends SessionError {}
 
 const SESSION_ERROR_CLASSES: Readonly<Record<string, typeof SessionError>> = Object.freeze({
   session_not_found: SessionNotFoundError,
@@ -147,6 +151,8 @@ const SESSION_ERROR_CLASSES: Readonly<Record<string, typeof SessionError>> = Obj
   no_space: NoSpaceError,
   conflict: ConflictError,
   process_exited: ProcessExitedError,
+  not_empty: NotEmptyError,
+  unsupported: UnsupportedError,
 });
 
 /** The error class for a protocol error code (`SessionError` for codes without their own). */

@@ -238,6 +238,13 @@ export interface ExecRunOptions extends ExecOptions {
 export interface CodeOptions {
   /** The code context (interpreter) to run in, default `default`. */
   context?: string | undefined;
+  /**
+   * Wall timeout of this call. A call that times out, is cancelled or passes its output cap
+   * kills the context's interpreter (its state is gone; the next call starts a new one).
+   */
+  timeoutMs?: number | undefined;
+  /** Output kept per stream. */
+  maxOutputBytes?: number | undefined;
   signal?: AbortSignal | undefined;
   waitTimeoutMs?: number | undefined;
   onStdout?: ((chunk: Buffer) => void) | undefined;
@@ -489,7 +496,8 @@ export class Session {
   /**
    * Run `code` in a code context (an interpreter that keeps its variables and imports between
    * calls of the same context, PROTOCOL.md section 15). Resolves with its job Result (exit code
-   * 0, or 1 if the code raised).
+   * 0, 1 if the code raised, or its own `sys.exit` status); like a REPL, the value of a final
+   * expression is printed.
    */
   async code(code: string, runtime: ContextRuntime, options: CodeOptions = {}): Promise<Result> {
     const { onStdout, onStderr, ...rest } = options;
@@ -502,6 +510,8 @@ export class Session {
       code: text("code", code),
       runtime: checkContextRuntime(runtime),
       context: options.context === undefined ? undefined : checkTemplateName("context", options.context),
+      timeout_ms: uint("timeoutMs", options.timeoutMs, 1),
+      max_output_bytes: uint("maxOutputBytes", options.maxOutputBytes),
     };
     return this.streamOp("code", fields, options);
   }

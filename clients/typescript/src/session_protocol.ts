@@ -83,6 +83,8 @@ export const SESSION_ERROR_CODES: Readonly<Record<string, boolean>> = Object.fre
   conflict: false,
   process_exited: false,
   worker_lost: true,
+  not_empty: false,
+  unsupported: false,
 });
 
 /** Session states of PROTOCOL.md section 14. */

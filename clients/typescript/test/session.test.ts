@@ -15,6 +15,7 @@ import {
   ExistsError,
   IsADirectoryError,
   NotADirectoryError,
+  NotEmptyError,
   NotFoundError,
   PermissionError,
   ProcessExitedError,
@@ -258,6 +259,11 @@ describe("commands", () => {
     assert.equal(after.stdoutText, "None\n");
     const js = await s.code("globalThis.n = 2; console.log(n * 21)", "node");
     assert.equal(js.stdoutText, "42\n");
+    // A call that times out kills the context's interpreter: its state is gone.
+    await s.code("kept = 1", "python", { context: "slow" });
+    const slow = await s.code("import time; time.sleep(30)", "python", { context: "slow", timeoutMs: 300 });
+    assert.equal(slow.outcome, "timeout");
+    assert.equal((await s.code("print(globals().get('kept'))", "python", { context: "slow" })).stdoutText, "None\n");
   });
 });
 
@@ -437,6 +443,7 @@ describe("files", () => {
     assert.equal(await s.readText("/work/tree/x/f3"), "22");
     await assert.rejects(s.rename("/work/tree/f2", "/work/tree/x/f3"), ExistsError);
     assert.equal(await s.remove("/work/tree/f2"), 1);
+    await assert.rejects(s.remove("/work/tree"), NotEmptyError);
     assert.ok((await s.remove("/work/tree", { recursive: true })) >= 4);
     assert.equal(await s.remove("/work/tree", { force: true }), 0);
     await assert.rejects(s.remove("/work/tree"), NotFoundError);

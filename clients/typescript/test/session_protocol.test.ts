@@ -24,6 +24,7 @@ import {
   InvalidArgumentError,
   IsADirectoryError,
   Keys,
+  NotEmptyError,
   NotFoundError,
   OpResult,
   PermissionError,
@@ -37,6 +38,7 @@ import {
   SessionNotFoundError,
   SessionStoppedError,
   UnknownProcessEvent,
+  UnsupportedError,
 } from "../src/index.js";
 import {
   decodeListResult,
@@ -271,6 +273,8 @@ describe("errors (section 19)", () => {
     ["is_a_directory", IsADirectoryError],
     ["permission", PermissionError],
     ["conflict", ConflictError],
+    ["not_empty", NotEmptyError],
+    ["unsupported", UnsupportedError],
   ];
   for (const [code, cls] of cases) {
     test(`${code} is ${(cls as { name: string }).name}`, () => {
