@@ -12,6 +12,9 @@ packages=(
   python3 python3-redis python3-msgpack python3-pytest
   bubblewrap procps iproute2
 )
+# Node for the TypeScript client and the Mastra provider's tests (>= 20; a Node already on the
+# machine, e.g. from NodeSource, is used as it is).
+command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 # shellcheck disable=SC2206
 packages+=(${SANDPOOL_DEPS_EXTRA:-})
 

@@ -210,7 +210,14 @@ const std::string kReadOp = "\x02";
 
 void ChannelScripts() {
   std::string ready = Encode(ReadyMsg{1, 900});
-  std::string exited = Encode(ExitedMsg{1, true, 0, 0, "", true, false, false, 10, 20, 0, 0, false, 30});
+  ExitedMsg ex;
+  ex.generation = 1;
+  ex.have_status = true;
+  ex.started = true;
+  ex.cpu_time_us = 10;
+  ex.peak_memory_bytes = 20;
+  ex.exec_time_us = 30;
+  std::string exited = Encode(ex);
   // What a keeper sends in one job's life: Ready with the sandbox's three pipe ends, Started,
   // Exited; the scheduler reading as each arrives.
   Write("channel", "keeper-job",

@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""Soak: many one-shot jobs through one daemon (and, beside them, a session that keeps working:
+commands, files, background processes, stop and resume), with the daemon's resources sampled
+throughout. Flat curves are the claim: nothing grows with the number of jobs.
+
+Sampled every --every seconds: the daemon's RSS, open fds and threads; zombies anywhere under
+it; its cgroups; the host's mounts and loop devices; processes in its sandbox uid range; Redis's
+used memory. Writes bench/out/soak.csv and bench/out/soak.svg (a plot, one panel per series),
+and prints the first and last samples and the verdict as JSON.
+
+    sudo /usr/bin/python3 bench/soak.py --jobs 1000000      # the full soak (hours on 2 cores)
+    sudo /usr/bin/python3 bench/soak.py --jobs 20000        # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import msgpack
+import redis
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+sys.path.insert(0, str(ROOT / "clients" / "python"))
+
+from sandpool_harness import Daemon, RedisServer, job_map  # noqa: E402
+
+SERIES = ["rss_kib", "fds", "threads", "zombies", "cgroups", "host_mounts", "loop_devices", "sandbox_procs",
+          "redis_used_kib"]
+
+
+def descendants(pid: int) -> List[int]:
+    children: Dict[int, List[int]] = {}
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{e}/stat").read_bytes()
+            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+            children.setdefault(ppid, []).append(int(e))
+        except (OSError, ValueError):
+            pass
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def sample(d: Daemon, r: redis.Redis) -> Dict[str, int]:
+    pid = d.proc.pid
+    status = Path(f"/proc/{pid}/status").read_text()
+    field = lambda name: int(status.split(name + ":")[1].split()[0])  # noqa: E731
+    zombies = 0
+    for p in descendants(pid):
+        try:
+            if Path(f"/proc/{p}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z":
+                zombies += 1
+        except OSError:
+            pass
+    cgroups = 0
+    for root in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        for dirpath, dirnames, _ in os.walk(root):
+            if f"sandpool-{d.consumer}" in dirpath:
+                cgroups += 1
+        if cgroups:
+            break
+    loops = sum(1 for b in Path("/sys/block").glob("loop*") if (b / "loop" / "backing_file").exists())
+    return {
+        "rss_kib": field("VmRSS"), "fds": len(os.listdir(f"/proc/{pid}/fd")), "threads": field("Threads"),
+        "zombies": zombies, "cgroups": cgroups, "host_mounts": len(Path("/proc/mounts").read_text().splitlines()),
+        "loop_devices": loops, "sandbox_procs": len(d.sandbox_processes()),
+        "redis_used_kib": int(r.info("memory")["used_memory"]) // 1024,
+    }
+
+
+def svg(rows: List[dict], path: Path) -> None:
+    """One small line chart per series against jobs done; no plotting library needed."""
+    w, h, pad = 420, 120, 30
+    panels = []
+    xs = [row["jobs_done"] for row in rows] or [0]
+    xmax = max(xs) or 1
+    for i, name in enumerate(SERIES):
+        ys = [row[name] for row in rows] or [0]
+        ymax = max(ys) or 1
+        ymin = min(ys)
+        pts = " ".join(f"{pad + (x / xmax) * (w - 2 * pad):.1f},{h - pad + 10 - ((y / ymax) * (h - 2 * pad)):.1f}" for x, y in zip(xs, ys))
+        ox, oy = (i % 3) * (w + 10), (i // 3) * (h + 20)
+        panels.append(
+            f'<g transform="translate({ox},{oy})"><rect width="{w}" height="{h}" fill="white" stroke="#ccc"/>'
+            f'<text x="8" y="14" font-size="11">{name}: min {ymin}, max {ymax}, last {ys[-1]}</text>'
+            f'<polyline fill="none" stroke="#2a6" stroke-width="1.5" points="{pts}"/>'
+            f'<text x="{w - 8}" y="{h - 6}" font-size="9" text-anchor="end">jobs done: {xmax}</text></g>')
+    rows_n = (len(SERIES) + 2) // 3
+    path.write_text(f'<svg xmlns="http://www.w3.org/2000/svg" width="{3 * (w + 10)}" height="{rows_n * (h + 20)}" '
+                    f'font-family="sans-serif">{"".join(panels)}</svg>\n')
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=1_000_000)
+    ap.add_argument("--in-flight", type=int, default=32)
+    ap.add_argument("--every", type=float, default=5.0)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    server = RedisServer()
+    d = Daemon(server.url, workers=8, extra=["--max-workers", "16", "--python-workers", "0", "--node-workers", "0",
+                                             "--log-level", "warn", "--result-ttl", "60"])
+    d.start(wait_ready=server.client())
+    r = redis.Redis(unix_socket_path=server.sock, socket_timeout=60)
+    done = {"jobs": 0, "failed": 0, "session_ops": 0, "session_failures": 0}
+    stop = threading.Event()
+
+    def session_worker():
+        from sandpool import Client
+
+        c = Client(server.url, poll_interval=0.5)
+        s = c.session("soak-session")
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                s.write_file(f"/work/f{n % 50}", os.urandom(64 << 10))
+                assert len(s.read_file(f"/work/f{n % 50}")) == 64 << 10
+                p = s.spawn(shell="echo bg; sleep 0.2")
+                assert s.exec(shell="ls /work | wc -l").ok
+                p.wait(5000)
+                if n % 50 == 0:
+                    s.stop()
+                    s.start()
+                done["session_ops"] += 5
+            except Exception as e:  # noqa: BLE001
+                done["session_failures"] += 1
+                print("session op failed:", e, file=sys.stderr)
+            time.sleep(0.05)
+        s.destroy()
+        c.close()
+
+    sess = threading.Thread(target=session_worker, daemon=True)
+    sess.start()
+    rows: List[dict] = []
+    t0 = time.monotonic()
+    last_sample = 0.0
+    pending: Dict[str, float] = {}
+    submitted = 0
+    with open(out / "soak.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["seconds", "jobs_done"] + SERIES)
+        w.writeheader()
+        while done["jobs"] < args.jobs:
+            while submitted < args.jobs and len(pending) < args.in_flight:
+                jid = f"soak-{submitted}-{secrets.token_hex(3)}"
+                r.xadd("sandpool:q:default", {"id": jid, "job": msgpack.packb(job_map(jid, argv=["/bin/echo", "soak"]))})
+                pending[jid] = time.monotonic()
+                submitted += 1
+            ids = list(pending)
+            got = r.mget([f"sandpool:result:{j}" for j in ids])
+            for jid, raw in zip(ids, got):
+                if raw is None:
+                    continue
+                del pending[jid]
+                done["jobs"] += 1
+                res = msgpack.unpackb(raw, raw=False)
+                if res.get("outcome") != "exit" or res.get("stdout") != b"soak\n":
+                    done["failed"] += 1
+            now = time.monotonic()
+            if now - last_sample >= args.every:
+                last_sample = now
+                row = {"seconds": round(now - t0, 1), "jobs_done": done["jobs"], **sample(d, r)}
+                rows.append(row)
+                w.writerow(row)
+                f.flush()
+                print(json.dumps(row), file=sys.stderr, flush=True)
+            time.sleep(0.002)
+    stop.set()
+    sess.join(60)
+    time.sleep(2)
+    rows.append({"seconds": round(time.monotonic() - t0, 1), "jobs_done": done["jobs"], **sample(d, r)})
+    svg(rows, out / "soak.svg")
+    d.stop()
+    d.cleanup()
+    server.stop()
+    # Flat: the second half's maximum is not above the first half's by more than a margin
+    # (RSS: allocator noise; Redis: results live for --result-ttl).
+    half = len(rows) // 2
+    growth = {}
+    for name in SERIES:
+        a = max(x[name] for x in rows[:half]) if half else 0
+        b = max(x[name] for x in rows[half:]) if rows else 0
+        growth[name] = b - a
+    verdict = {
+        "jobs": done["jobs"], "failed_jobs": done["failed"], "session_ops": done["session_ops"],
+        "session_failures": done["session_failures"], "seconds": round(time.monotonic() - t0, 1),
+        "first": rows[0] if rows else {}, "last": rows[-1] if rows else {}, "second_half_growth": growth,
+    }
+    print(json.dumps(verdict))
+    return 0 if done["failed"] == 0 and done["session_failures"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
