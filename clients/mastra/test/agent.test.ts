@@ -89,7 +89,7 @@ describe("two agents", () => {
       const procA = await a.sandbox.processes.spawn("sleep 300");
       assert.equal(await b.sandbox.processes.get(procA.pid), undefined);
       assert.ok(!(await b.sandbox.processes.list()).some((p) => p.command?.includes("sleep 300")));
-      const inB = await b.sandbox.executeCommand!("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 300' || true");
+      const inB = await b.sandbox.executeCommand!("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '[s]leep 300' || true");
       assert.equal(inB.stdout.trim(), "0", "B's sandbox has no process of A's");
 
       // Through B's agent too: get_process_output of A's pid finds nothing.
