@@ -40,6 +40,9 @@ class Keys {
   std::string SessionStream(std::string_view queue, std::string_view consumer) const {
     return Join("sreq", queue) + ":" + std::string(consumer);
   }
+  // Snapshot templates: the record, the set of names (chunks are Snapshot(name) + ":<n>").
+  std::string Snapshot(std::string_view name) const { return Join("snapshot", name); }
+  std::string Snapshots() const { return p_ + ":snapshots"; }
   // Live output of a session's background process.
   std::string ProcessOut(std::string_view sid, std::string_view pid) const {
     return Join("pout", sid) + ":" + std::string(pid);

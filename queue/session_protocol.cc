@@ -18,7 +18,7 @@ constexpr SessionOpInfo kSessionOps[] = {
     {"info", SessionOp::kInfo, false, false},
     {"stop", SessionOp::kStop, false, false},
     {"destroy", SessionOp::kDestroy, false, false},
-    {"snapshot", SessionOp::kSnapshot, false, true},
+    {"snapshot", SessionOp::kSnapshot, false, false},
     {"snapshot_delete", SessionOp::kSnapshotDelete, false, false},
     {"exec", SessionOp::kExec, false, true},
     {"code", SessionOp::kCode, false, true},

@@ -142,6 +142,8 @@ const std::vector<Option>& Options() {
       {"state-dir", "where template layers and session disks are kept", Str(&DaemonConfig::state_dir)},
       {"session-disk", "disk of a session that names no size", Size(+[](DaemonConfig* c) { return &c->session_disk_bytes; })},
       {"max-session-disk", "largest disk a session may ask for", Size(+[](DaemonConfig* c) { return &c->max_session_disk_bytes; })},
+      {"max-snapshot-bytes", "largest snapshot (its data; stored in Redis for other hosts)",
+       Size(+[](DaemonConfig* c) { return &c->max_snapshot_bytes; })},
       {"session-spares", "warm session sandboxes kept per template once it has had a session (0 or 1)",
        Uint(&DaemonConfig::session_spares)},
       {"session-idle-timeout-ms", "a session nothing used this long is stopped, unless it names its own (0: never)",

@@ -57,6 +57,7 @@ struct DaemonConfig {
   uint64_t max_session_disk_bytes = 64ull << 30;  // the largest it may name
   uint64_t session_idle_timeout_ms = 1800000;     // when it names none (0: never)
   uint32_t session_spares = 1;                    // warm session sandboxes per template in use
+  uint64_t max_snapshot_bytes = 256ull << 20;     // data in one snapshot (what Redis holds of it)
   uint64_t setup_timeout_ms = 600000;
   std::vector<TemplateConfig> templates;  // [0] is "default"
 };

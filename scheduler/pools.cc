@@ -29,7 +29,7 @@ Status Pools::Start(UniqueFd spawner, SlotHooks hooks, std::function<void(const 
                   auto keepers = std::move(keeper_waits_);
                   auto disks = std::move(disk_waits_);
                   for (auto& [slot, done] : keepers) done(KeeperHandle{});
-                  for (auto& [req, done] : disks) done("the spawner is gone");
+                  for (auto& [req, done] : disks) done("the spawner is gone", 0);
                   if (lost) lost(why);
                 });
   for (uint32_t t = 0; t < config_.templates.size(); ++t) {
@@ -56,7 +56,7 @@ void Pools::OnSpawnerFrame(Frame& f) {
     if (it == disk_waits_.end()) return;
     auto done = std::move(it->second);
     disk_waits_.erase(it);
-    done(made.error);
+    done(made.error, made.data_bytes);
     return;
   }
   KeeperMsg m;
@@ -198,11 +198,11 @@ void Pools::ReleaseSessionSlot(uint32_t slot) {
   session_slots_.erase(slot);
 }
 
-void Pools::MakeDisk(const std::string& path, uint64_t bytes, std::function<void(std::string)> done) {
+void Pools::MakeDisk(const std::string& path, uint64_t bytes, const std::string& from, DiskDone done) {
   uint64_t req = next_disk_request_++;
-  Status s = spawner_.Send(static_cast<uint16_t>(MsgType::kMakeDisk), Encode(MakeDiskMsg{req, path, bytes}));
+  Status s = spawner_.Send(static_cast<uint16_t>(MsgType::kMakeDisk), Encode(MakeDiskMsg{req, path, bytes, from}));
   if (!s.ok()) {
-    done("the spawner is gone");
+    done("the spawner is gone", 0);
     return;
   }
   disk_waits_[req] = std::move(done);

@@ -81,8 +81,10 @@ class Pools {
   // valid) if the spawner is gone. The slot number is the caller's until ReleaseSessionSlot.
   void SpawnSessionKeeper(uint32_t t, std::function<void(KeeperHandle)> done);
   void ReleaseSessionSlot(uint32_t slot);
-  // Makes a new session disk image (the spawner runs mke2fs); `done` gets "" or why not.
-  void MakeDisk(const std::string& path, uint64_t bytes, std::function<void(std::string error)> done);
+  // Makes a session disk image at `path` (the spawner runs mke2fs), or, with `from`, a sparse
+  // copy of the image at `from`; `done` gets "" or why not, and the bytes of data copied.
+  using DiskDone = std::function<void(std::string error, uint64_t data_bytes)>;
+  void MakeDisk(const std::string& path, uint64_t bytes, const std::string& from, DiskDone done);
   // The host budget (--max-sandboxes, --memory-budget) is shared: a running session holds one
   // sandbox and its memory limit. Take returns false when it does not fit.
   bool SessionFits(uint64_t memory_bytes) const;
@@ -120,7 +122,7 @@ class Pools {
   uint64_t session_memory_ = 0;
   std::set<uint32_t> session_slots_;  // in use
   std::map<uint32_t, std::function<void(KeeperHandle)>> keeper_waits_;  // slot -> who waits
-  std::map<uint64_t, std::function<void(std::string)>> disk_waits_;     // request -> who waits
+  std::map<uint64_t, DiskDone> disk_waits_;                              // request -> who waits
   uint64_t next_disk_request_ = 1;
   bool draining_ = false;
 };

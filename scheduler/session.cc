@@ -192,6 +192,15 @@ void Session::OnKeeperFrame(Frame& f) {
       OnGone(why);
       return;
     }
+    case SessionMsg::kSnapshotDone: {
+      SnapshotDoneMsg m;
+      if (!DecodeMsg(f.payload, &m).ok()) m.error = "bad answer from the keeper";
+      if (snapshot_waiting_.empty()) return;
+      auto done = std::move(snapshot_waiting_.front());
+      snapshot_waiting_.erase(snapshot_waiting_.begin());
+      done(m.error.substr(0, 1024), m.data_bytes);
+      return;
+    }
     case SessionMsg::kStats: {
       SessionStatsMsg m;
       bool ok = DecodeMsg(f.payload, &m).ok();
@@ -249,6 +258,9 @@ void Session::OnGone(const std::string& why) {
   auto stats = std::move(stats_waiting_);
   stats_waiting_.clear();
   for (auto& fn : stats) fn(std::nullopt);
+  auto snaps = std::move(snapshot_waiting_);
+  snapshot_waiting_.clear();
+  for (auto& fn : snaps) fn("the session stopped during the snapshot", 0);
   if (hooks_.on_ended) hooks_.on_ended(*this, why, asked_);
 }
 
@@ -810,6 +822,19 @@ void Session::Stats(std::function<void(std::optional<SessionStatsMsg>)> done) {
   }
   stats_waiting_.push_back(std::move(done));
   (void)keeper_.Send(static_cast<uint16_t>(SessionMsg::kStatsRequest), EncodeMsg(SessionStatsMsg{}));
+}
+
+void Session::Snapshot(UniqueFd dest, std::function<void(std::string, uint64_t)> done) {
+  if (ended_ || !keeper_.open() || stopping_) {
+    done("the session is not running", 0);
+    return;
+  }
+  Status s = keeper_.Send(static_cast<uint16_t>(SessionMsg::kSnapshot), EncodeMsg(SessionStopMsg{}), {dest.get()});
+  if (!s.ok()) {
+    done("its keeper cannot be reached: " + s.message(), 0);
+    return;
+  }
+  snapshot_waiting_.push_back(std::move(done));
 }
 
 }  // namespace sandpool

@@ -122,6 +122,9 @@ class Session {
   void File(const std::string& request, AnswerDone done);
   // The sandbox's cgroup and disk figures; nullopt if it is gone.
   void Stats(std::function<void(std::optional<SessionStatsMsg>)> done);
+  // A consistent copy of the running session's disk into `dest` (a new, empty file): its keeper
+  // freezes the file system for the copy. done("" or why not, the bytes of data copied).
+  void Snapshot(UniqueFd dest, std::function<void(std::string error, uint64_t data_bytes)> done);
 
   // ---- For code contexts (code_context.h): processes of the sandbox, by the agent's pid. ----
   // `started` gets the agent's answer (nullptr: the session ended first) and the process's
@@ -181,6 +184,7 @@ class Session {
   // Processes started, by the agent's pid, waiting for their Exited.
   std::map<int64_t, ExitedFn> exits_;
   std::vector<std::function<void(std::optional<SessionStatsMsg>)>> stats_waiting_;
+  std::vector<std::function<void(std::string, uint64_t)>> snapshot_waiting_;
 
   std::map<std::string, std::unique_ptr<Command>> commands_;   // by op id
   std::map<std::string, std::unique_ptr<Process>> processes_;  // by "p<n>"

@@ -34,8 +34,9 @@ struct MetaFile {
   uint64_t idle_timeout_ms = 0, max_lifetime_ms = 0;
   bool ephemeral = false;
   int64_t created_ms = 0;
+  std::string base;
   MSGPACK_DEFINE_MAP(id, template_name, env, labels, memory_bytes, pids, disk_bytes, cpus, idle_timeout_ms,
-                     max_lifetime_ms, ephemeral, created_ms)
+                     max_lifetime_ms, ephemeral, created_ms, base)
 };
 
 std::map<std::string, std::string> Fields(redisReply* kv) {
@@ -84,6 +85,7 @@ Sessions::Sessions(struct event_base* base, const DaemonConfig& config, const Ke
   limits_.default_disk_bytes = config_.session_disk_bytes;
   limits_.max_disk_bytes = std::max(config_.max_session_disk_bytes, config_.session_disk_bytes);
   limits_.min_disk_bytes = std::min<uint64_t>(64ull << 20, limits_.max_disk_bytes);
+  snapshots_ = std::make_unique<Snapshots>(base_, config_, keys_, cmd_);
   collect_ev_ = evtimer_new(base_, [](evutil_socket_t, short, void* arg) {
     auto* self = static_cast<Sessions*>(arg);
     auto dead = std::move(self->graveyard_);
@@ -160,7 +162,7 @@ void Sessions::LoadFromDisk() {
     } catch (...) {
     }
     struct stat st;
-    int t = ok ? FindTemplate(config_, m.template_name) : -1;
+    int t = ok ? FindTemplate(config_, m.base.empty() ? m.template_name : m.base) : -1;
     if (!ok || ::stat((dir + "/disk.img").c_str(), &st) != 0 || t < 0) {
       LogWarn("session files incomplete; removed", {{"session", sid}, {"dir", dir}});
       RemoveFiles(sid);
@@ -168,7 +170,7 @@ void Sessions::LoadFromDisk() {
     }
     Entry& e = sessions_[sid];
     e.meta = Meta{m.id, m.template_name, m.env, m.labels, m.memory_bytes, m.pids, m.disk_bytes, m.cpus,
-                  m.idle_timeout_ms, m.max_lifetime_ms, m.ephemeral, m.created_ms};
+                  m.idle_timeout_ms, m.max_lifetime_ms, m.ephemeral, m.created_ms, m.base.empty() ? m.template_name : m.base};
     e.template_index = static_cast<uint32_t>(t);
     e.state = State::kStopped;
     e.last_used_ms = m.created_ms;
@@ -179,7 +181,7 @@ void Sessions::LoadFromDisk() {
 
 Status Sessions::SaveMeta(const Meta& m) const {
   MetaFile f{m.id, m.template_name, m.env, m.labels, m.memory_bytes, m.pids, m.disk_bytes, m.cpus,
-             m.idle_timeout_ms, m.max_lifetime_ms, m.ephemeral, m.created_ms};
+             m.idle_timeout_ms, m.max_lifetime_ms, m.ephemeral, m.created_ms, m.base};
   msgpack::sbuffer buf;
   msgpack::pack(buf, f);
   std::string dir = Dir(m.id);
@@ -436,6 +438,19 @@ void Sessions::OnIntakeEntry(const std::string& entry, const std::map<std::strin
     return;
   }
   const SessionRequest& req = std::get<SessionRequest>(decoded);
+  if (req.op == SessionOp::kSnapshotDelete) {
+    // Needs no session: done by whichever daemon reads it (idempotent), answered on this stream.
+    std::string id = req.id;
+    snapshots_->Delete(req.name, [this, id, entry](Status s) {
+      OpResult res;
+      res.id = id;
+      res.op = "snapshot_delete";
+      if (!s.ok()) res.error = JobError{ErrorCode::kInternal, "snapshot_delete: " + s.message()};
+      else res.value = "\x80";
+      ledger_->Answer(id, intake_, entry, EncodeOpResult(res), EncodeOpExitedEvent(res));
+    });
+    return;
+  }
   std::string op(SessionOpOf(req.op).name);
   bool sent = cmd_->Command(
       {"EVAL", kSessionRouteScript, "3", intake_, keys_.Session(req.session), keys_.Sessions(), entry,
@@ -503,8 +518,8 @@ void Sessions::OnOwnEntry(const std::string& entry, const std::map<std::string, 
 
 void Sessions::Serve(Op op) {
   const SessionRequest& r = op.req;
-  if (r.op == SessionOp::kSnapshot || r.op == SessionOp::kSnapshotDelete) {
-    AnswerError(op, ErrorCode::kUnsupported, "snapshots are not implemented by this daemon yet");
+  if (r.op == SessionOp::kSnapshotDelete) {
+    DeleteSnapshot(op);
     return;
   }
   auto it = sessions_.find(r.session);
@@ -581,6 +596,9 @@ void Sessions::Serve(Op op) {
     case SessionOp::kDestroy:
       Destroy(e, std::move(op));
       return;
+    case SessionOp::kSnapshot:
+      TakeSnapshot(e, std::move(op));
+      return;
     default:
       break;
   }
@@ -606,34 +624,57 @@ void Sessions::Serve(Op op) {
 void Sessions::Create(Entry& e, Op op) {
   const SessionCreateOptions& c = op.req.create;
   std::string sid = op.req.session;
-  int t = FindTemplate(config_, c.template_name);
-  if (t < 0) {
-    sessions_.erase(sid);
-    ForgetRecord(sid);
-    AnswerError(op, ErrorCode::kBadField, "template: no template named " + c.template_name + " here");
-    return;
-  }
-  const TemplateConfig& tc = config_.templates[static_cast<size_t>(t)];
   Meta& m = e.meta;
   m.id = sid;
   m.template_name = c.template_name;
   m.env = c.env;
   m.labels = c.labels;
-  m.memory_bytes = c.memory_bytes ? c.memory_bytes : tc.sandbox.cgroup.memory_bytes;
-  m.pids = c.pids ? c.pids : tc.sandbox.cgroup.pids;
-  m.cpus = c.cpus > 0 ? c.cpus : static_cast<double>(tc.sandbox.cgroup.cpu_quota_us) / 100000.0;
-  m.disk_bytes = c.disk_bytes ? c.disk_bytes : limits_.default_disk_bytes;
   m.idle_timeout_ms = c.idle_timeout_ms.value_or(config_.session_idle_timeout_ms);
   m.max_lifetime_ms = c.max_lifetime_ms.value_or(0);
   m.ephemeral = c.ephemeral;
   m.created_ms = WallMs();
-  e.template_index = static_cast<uint32_t>(t);
   e.last_used_ms = m.created_ms;
   e.state = State::kCreating;
   e.create_started_us = MonotonicUs();
   e.waiting.push_back(std::move(op));
+  int t = FindTemplate(config_, m.template_name);
+  if (t >= 0) {
+    CreateOn(sid, static_cast<uint32_t>(t), "", 0);
+    return;
+  }
+  // Not a configured template: a snapshot, fetched first if this host has not got it.
+  snapshots_->Ensure(m.template_name, [this, sid](Result<SnapshotMeta> snap) {
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end() || it->second.state != State::kCreating) return;
+    Entry& entry = it->second;
+    int base = snap.ok() ? FindTemplate(config_, snap->base) : -1;
+    if (!snap.ok() || base < 0) {
+      std::string why = !snap.ok() ? snap.status().message() : "its base template " + snap->base + " is not configured here";
+      ErrorCode code = !snap.ok() && snap.status().sys_errno() != ENOENT ? ErrorCode::kInternal : ErrorCode::kBadField;
+      auto waiting = std::move(entry.waiting);
+      sessions_.erase(it);
+      ForgetRecord(sid);
+      for (Op& w : waiting) AnswerError(w, code, "template: " + why);
+      return;
+    }
+    CreateOn(sid, static_cast<uint32_t>(base), snapshots_->Image(entry.meta.template_name), snap->disk_bytes);
+  });
+}
+
+void Sessions::CreateOn(const std::string& sid, uint32_t t, const std::string& image, uint64_t snapshot_disk_bytes) {
+  Entry& e = sessions_[sid];
+  const SessionCreateOptions& c = e.waiting.front().req.create;
+  const TemplateConfig& tc = config_.templates[t];
+  Meta& m = e.meta;
+  m.base = tc.name;
+  m.memory_bytes = c.memory_bytes ? c.memory_bytes : tc.sandbox.cgroup.memory_bytes;
+  m.pids = c.pids ? c.pids : tc.sandbox.cgroup.pids;
+  m.cpus = c.cpus > 0 ? c.cpus : static_cast<double>(tc.sandbox.cgroup.cpu_quota_us) / 100000.0;
+  // A snapshot's disk is its image, of the size it was taken with.
+  m.disk_bytes = !image.empty() ? snapshot_disk_bytes : c.disk_bytes ? c.disk_bytes : limits_.default_disk_bytes;
+  e.template_index = t;
   std::string dir = Dir(sid);
-  if (AdoptSpare(e)) {
+  if (image.empty() && AdoptSpare(e)) {
     Status saved = SaveMeta(m);
     if (!saved.ok()) {
       StartFailed(e, saved.message());
@@ -657,17 +698,89 @@ void Sessions::Create(Entry& e, Op op) {
     StartFailed(e, s.message());
     return;
   }
-  LogDebug("session disk being made", {{"session", sid}, {"bytes", m.disk_bytes}});
-  pools_->MakeDisk(dir + "/disk.img", m.disk_bytes, [this, sid](std::string error) {
+  LogDebug("session disk being made", {{"session", sid}, {"bytes", m.disk_bytes}, {"from", image}});
+  bool fresh = image.empty();
+  pools_->MakeDisk(dir + "/disk.img", m.disk_bytes, image, [this, sid, fresh](std::string error, uint64_t) {
     auto it = sessions_.find(sid);
     if (it == sessions_.end()) return;
     if (!error.empty()) {
       StartFailed(it->second, "making its disk: " + error);
       return;
     }
-    Launch(it->second, true);
+    Launch(it->second, fresh);
   });
-  MakeSpare(e.template_index);
+  if (image.empty()) MakeSpare(e.template_index);
+}
+
+// ---- Snapshots (snapshots.h) ---------------------------------------------------------------------
+
+void Sessions::TakeSnapshot(Entry& e, Op op) {
+  if (e.state != State::kRunning && e.state != State::kStopped) {
+    AnswerError(op, ErrorCode::kSessionBusy, std::string("the session is ") + StateName(e.state));
+    return;
+  }
+  auto shared = std::make_shared<Op>(std::move(op));
+  std::string name = shared->req.name;
+  snapshots_->CheckFree(name, [this, shared, name](Status free) {
+    if (!free.ok()) {
+      AnswerError(*shared, free.sys_errno() == EEXIST ? ErrorCode::kExists : ErrorCode::kInternal, free.message());
+      return;
+    }
+    auto it = sessions_.find(shared->req.session);
+    if (it == sessions_.end() || (it->second.state != State::kRunning && it->second.state != State::kStopped)) {
+      AnswerError(*shared, ErrorCode::kSessionBusy, "the session changed state");
+      return;
+    }
+    Entry& held = it->second;
+    std::string base = held.meta.base, staging = snapshots_->StagingImage(name);
+    uint64_t disk_bytes = held.meta.disk_bytes;
+    auto copied = [this, shared, name, base, disk_bytes, staging](std::string error, uint64_t data_bytes) {
+      if (error.empty() && data_bytes > config_.max_snapshot_bytes) {
+        error = "the session's disk holds " + std::to_string(data_bytes) + " bytes, more than --max-snapshot-bytes";
+      }
+      if (!error.empty()) {
+        ::unlink(staging.c_str());
+        ::rmdir(staging.substr(0, staging.rfind('/')).c_str());
+        AnswerError(*shared, data_bytes > config_.max_snapshot_bytes ? ErrorCode::kTooLarge : ErrorCode::kInternal,
+                    "snapshot: " + error);
+        return;
+      }
+      snapshots_->Publish(name, base, disk_bytes, [this, shared](Result<SnapshotMeta> meta) {
+        if (!meta.ok()) {
+          AnswerError(*shared, meta.status().sys_errno() == EFBIG ? ErrorCode::kTooLarge : ErrorCode::kInternal,
+                      "snapshot: " + meta.status().message());
+          return;
+        }
+        msgpack::sbuffer buf;
+        msgpack::packer<msgpack::sbuffer> pk(buf);
+        pk.pack_map(3);
+        pk.pack(std::string("name")), pk.pack(meta->name);
+        pk.pack(std::string("template")), pk.pack(meta->base);
+        pk.pack(std::string("bytes")), pk.pack(meta->data_bytes);
+        AnswerOp(*shared, OpAnswer{std::nullopt, std::string(buf.data(), buf.size())});
+      });
+    };
+    if (held.state == State::kRunning && held.session) {
+      std::string dir = staging.substr(0, staging.rfind('/'));
+      ::mkdir(dir.c_str(), 0700);
+      UniqueFd dest(::open(staging.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+      if (!dest) {
+        AnswerError(*shared, ErrorCode::kSessionBusy, "a snapshot of that name is being taken");
+        return;
+      }
+      held.session->Snapshot(std::move(dest), std::move(copied));
+    } else {
+      pools_->MakeDisk(staging, 0, Dir(held.meta.id) + "/disk.img", std::move(copied));
+    }
+  });
+}
+
+void Sessions::DeleteSnapshot(const Op& op) {
+  auto shared = std::make_shared<Op>(op);
+  snapshots_->Delete(op.req.name, [this, shared](Status s) {
+    if (!s.ok()) AnswerError(*shared, ErrorCode::kInternal, "snapshot_delete: " + s.message());
+    else AnswerOp(*shared, OpAnswer{std::nullopt, "\x80"});
+  });
 }
 
 void Sessions::Resume(Entry& e) {
@@ -804,7 +917,7 @@ void Sessions::MakeSpare(uint32_t t) {
     return;
   }
   std::string dir = sp.dir;
-  pools_->MakeDisk(dir + "/disk.img", m.disk_bytes, [this, t, dir, m](std::string error) {
+  pools_->MakeDisk(dir + "/disk.img", m.disk_bytes, "", [this, t, dir, m](std::string error, uint64_t) {
     auto it = spares_.find(t);
     if (it == spares_.end() || it->second.dir != dir) {
       ::unlink((dir + "/disk.img").c_str());  // given up while its disk was being made

@@ -51,6 +51,7 @@
 #include "scheduler/pools.h"
 #include "scheduler/redis_async.h"
 #include "scheduler/session.h"
+#include "scheduler/snapshots.h"
 
 namespace sandpool {
 
@@ -93,6 +94,7 @@ class Sessions {
     uint64_t idle_timeout_ms = 0, max_lifetime_ms = 0;
     bool ephemeral = false;
     int64_t created_ms = 0;
+    std::string base;  // the configured template it runs on (template_name, or a snapshot's base)
   };
 
   // An operation read from the own stream, claimed (or being claimed).
@@ -129,6 +131,11 @@ class Sessions {
   // Operations.
   void Serve(Op op);
   void Create(Entry& e, Op op);
+  // The rest of a create once its template is known: `image` (a snapshot's) is copied as its disk,
+  // or a new disk of its size is made when empty.
+  void CreateOn(const std::string& sid, uint32_t t, const std::string& image, uint64_t snapshot_disk_bytes);
+  void TakeSnapshot(Entry& e, Op op);
+  void DeleteSnapshot(const Op& op);
   void Resume(Entry& e);
   void Launch(Entry& e, bool fresh);
   void Started(Entry& e);
@@ -189,6 +196,7 @@ class Sessions {
   Metrics* metrics_;
   std::function<void()> on_idle_;
   std::unique_ptr<RedisAsync> reader_;
+  std::unique_ptr<Snapshots> snapshots_;
   std::string own_stream_, intake_;
   SessionLimits limits_;
 

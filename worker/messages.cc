@@ -49,12 +49,14 @@ struct MakeDiskWire {
   uint64_t request;
   std::string path;
   uint64_t bytes;
-  MSGPACK_DEFINE_MAP(request, path, bytes)
+  std::string from;
+  MSGPACK_DEFINE_MAP(request, path, bytes, from)
 };
 struct DiskMadeWire {
   uint64_t request;
   std::string error;
-  MSGPACK_DEFINE_MAP(request, error)
+  uint64_t data_bytes;
+  MSGPACK_DEFINE_MAP(request, error, data_bytes)
 };
 struct KeeperWire {
   uint32_t slot;
@@ -203,19 +205,19 @@ Status Decode(std::string_view in, NurseryConfigMsg* m) {
   return Status::Ok();
 }
 
-std::string Encode(const MakeDiskMsg& m) { return Pack(MakeDiskWire{m.request, m.path, m.bytes}); }
+std::string Encode(const MakeDiskMsg& m) { return Pack(MakeDiskWire{m.request, m.path, m.bytes, m.from}); }
 Status Decode(std::string_view in, MakeDiskMsg* m) {
   MakeDiskWire w{};
   SP_RETURN_IF_ERROR(Unpack(in, &w));
-  *m = {w.request, w.path, w.bytes};
+  *m = {w.request, w.path, w.bytes, w.from};
   return Status::Ok();
 }
 
-std::string Encode(const DiskMadeMsg& m) { return Pack(DiskMadeWire{m.request, m.error}); }
+std::string Encode(const DiskMadeMsg& m) { return Pack(DiskMadeWire{m.request, m.error, m.data_bytes}); }
 Status Decode(std::string_view in, DiskMadeMsg* m) {
   DiskMadeWire w{};
   SP_RETURN_IF_ERROR(Unpack(in, &w));
-  *m = {w.request, w.error};
+  *m = {w.request, w.error, w.data_bytes};
   return Status::Ok();
 }
 

@@ -25,7 +25,7 @@ enum class MsgType : uint16_t {
   kSpawnKeeper = 20,  // scheduler -> spawner: start the keeper of a slot
   kKeeper = 21,       // spawner -> scheduler: a keeper started; fds: the scheduler's channel end,
                       // the keeper's pidfd
-  kMakeDisk = 22,     // scheduler -> spawner: make a session's disk image (MakeDiskMsg)
+  kMakeDisk = 22,     // scheduler -> spawner: make a session's disk image, new or a copy (MakeDiskMsg)
   kDiskMade = 23,     // spawner -> scheduler: done, or why not (DiskMadeMsg)
 };
 
@@ -84,17 +84,21 @@ struct SpawnKeeperMsg {
   bool session = false;         // a session keeper (session_keeper.h), not a job keeper
 };
 
-// A new, empty session disk: an image file of `bytes` (sparse) at `path`, holding an ext4 file
-// system. The spawner makes it (mke2fs is a program to run, and only a process without threads
-// may start one).
+// A session disk at `path` (a new file; its directory is made): a new, empty one, an image file
+// of `bytes` (sparse) holding an ext4 file system (mke2fs is a program to run, and only a process
+// without threads may start one); or, when `from` is set, a sparse copy of the image at `from` (a
+// snapshot's, or a session's for a snapshot). Both paths are the daemon's own, under its state
+// directory; the spawner follows no link in either.
 struct MakeDiskMsg {
   uint64_t request = 0;
   std::string path;
   uint64_t bytes = 0;
+  std::string from;
 };
 struct DiskMadeMsg {
   uint64_t request = 0;
   std::string error;  // empty: made
+  uint64_t data_bytes = 0;  // a copy: the bytes of data copied
 };
 
 struct KeeperMsg {

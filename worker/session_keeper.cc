@@ -1,6 +1,7 @@
 #include "worker/session_keeper.h"
 
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <linux/loop.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/sparse_copy.h"
 #include "common/syscalls.h"
 #include "worker/messages.h"
 #include "worker/mount_util.h"
@@ -159,6 +161,7 @@ class SessionKeeper {
       for (Frame& f : frames) {
         if (f.type == static_cast<uint16_t>(SessionMsg::kStop)) stop = true;
         if (f.type == static_cast<uint16_t>(SessionMsg::kStatsRequest)) SendStats();
+        if (f.type == static_cast<uint16_t>(SessionMsg::kSnapshot)) Snapshot(f);
       }
       if (stop) break;
     }
@@ -168,6 +171,28 @@ class SessionKeeper {
     if (auto st = sb_.cgroup.Read(); st.ok()) ended.oom_kills = st->oom_kills;
     End();
     Send(SessionMsg::kEnded, EncodeMsg(ended));
+  }
+
+  // A consistent copy of the running session's disk: its file system is frozen (writers in the
+  // session wait; nothing half-written is copied), the image copied sparse, then thawed.
+  void Snapshot(Frame& f) {
+    SnapshotDoneMsg done;
+    if (f.fds.size() != 1 || !image_ || !disk_mounted_) {
+      done.error = "no disk to copy";
+      Send(SessionMsg::kSnapshotDone, EncodeMsg(done));
+      return;
+    }
+    UniqueFd root(::open(kDisk, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!root || ::syncfs(root.get()) != 0 || ::ioctl(root.get(), FIFREEZE, 0) != 0) {
+      done.error = ErrnoStatus("freezing the session's file system").message();
+      Send(SessionMsg::kSnapshotDone, EncodeMsg(done));
+      return;
+    }
+    auto copied = CopySparse(image_.get(), f.fds[0].get());
+    if (::ioctl(root.get(), FITHAW, 0) != 0) LogWarn("thawing a session's file system failed", {{"slot", a_.slot}});
+    if (copied.ok()) done.data_bytes = *copied;
+    else done.error = copied.status().message();
+    Send(SessionMsg::kSnapshotDone, EncodeMsg(done));
   }
 
   void SendStats() {

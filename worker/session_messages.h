@@ -8,6 +8,9 @@
 //     SessionStop   sched -> keeper  end the sandbox (its disk is unmounted and kept)
 //     SessionEnded  keeper -> sched  the sandbox is gone (asked for, or not: `why`)
 //     StatsRequest / Stats           the sandbox's cgroup and disk figures, for `info`
+//     Snapshot      sched -> keeper  fd: a new file; the keeper freezes the session's file system,
+//                                    copies its disk image into it (sparse), thaws it
+//     SnapshotDone  keeper -> sched  done (the bytes of data copied), or why not
 //
 //   scheduler <-> agent (the session sandbox's init: session_agent.h), each request with a `req`
 //     Exec    sched -> agent   start a process        -> Started (+ fds stdin w, stdout r, stderr r)
@@ -39,6 +42,8 @@ enum class SessionMsg : uint16_t {
   kEnded = 34,
   kStatsRequest = 35,
   kStats = 36,
+  kSnapshot = 37,
+  kSnapshotDone = 38,
 };
 
 enum class AgentMsg : uint16_t {
@@ -86,6 +91,12 @@ struct SessionStatsMsg {
   uint64_t memory_bytes = 0, memory_limit_bytes = 0, cpu_usage_us = 0, processes = 0;
   uint64_t disk_used_bytes = 0, disk_total_bytes = 0;
   MSGPACK_DEFINE_MAP(memory_bytes, memory_limit_bytes, cpu_usage_us, processes, disk_used_bytes, disk_total_bytes)
+};
+
+struct SnapshotDoneMsg {
+  std::string error;
+  uint64_t data_bytes = 0;
+  MSGPACK_DEFINE_MAP(error, data_bytes)
 };
 
 // A process to start. `shell` set: a line for a warm shell of the session (env and cwd are

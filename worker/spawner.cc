@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/sparse_copy.h"
 #include "worker/channel.h"
 #include "worker/keeper.h"
 #include "worker/messages.h"
@@ -43,8 +44,7 @@ void WipeProcessArguments(char** argv) {
 // reserved blocks, lazy initialisation: about 10 ms). mke2fs runs in a grandchild whose status a
 // child reports on a pipe: the spawner ignores SIGCHLD (its keepers are reaped by the kernel),
 // so it could not wait for a child of its own.
-Status MakeDisk(const std::string& path, uint64_t bytes) {
-  if (path.empty() || path[0] != '/' || bytes < (16u << 20)) return Status::Error("bad disk request");
+Status MakeParents(const std::string& path) {
   std::string dir = path.substr(0, path.rfind('/'));
   for (size_t i = 1; i <= dir.size(); ++i) {
     if (i == dir.size() || dir[i] == '/') {
@@ -52,6 +52,28 @@ Status MakeDisk(const std::string& path, uint64_t bytes) {
       if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + part);
     }
   }
+  return Status::Ok();
+}
+
+Status CopyDisk(const std::string& from, const std::string& path, uint64_t* copied) {
+  if (path.empty() || path[0] != '/' || from.empty() || from[0] != '/') return Status::Error("bad disk request");
+  SP_RETURN_IF_ERROR(MakeParents(path));
+  UniqueFd src(::open(from.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!src) return ErrnoStatus("open " + from);
+  UniqueFd dst(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!dst) return ErrnoStatus("create " + path);
+  auto n = CopySparse(src.get(), dst.get());
+  if (!n.ok()) {
+    ::unlink(path.c_str());
+    return n.status().Prefixed("copy " + from);
+  }
+  *copied = *n;
+  return Status::Ok();
+}
+
+Status MakeDisk(const std::string& path, uint64_t bytes) {
+  if (path.empty() || path[0] != '/' || bytes < (16u << 20)) return Status::Error("bad disk request");
+  SP_RETURN_IF_ERROR(MakeParents(path));
   {
     UniqueFd img(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!img) return ErrnoStatus("create " + path);
@@ -111,8 +133,10 @@ Status MakeDisk(const std::string& path, uint64_t bytes) {
     if (f->type == static_cast<uint16_t>(MsgType::kMakeDisk)) {
       MakeDiskMsg req;
       if (!Decode(f->payload, &req).ok()) continue;
-      Status made = MakeDisk(req.path, req.bytes);
-      if (!ch.Send(static_cast<uint16_t>(MsgType::kDiskMade), Encode(DiskMadeMsg{req.request, made.ok() ? "" : made.message()})).ok()) {
+      uint64_t copied = 0;
+      Status made = req.from.empty() ? MakeDisk(req.path, req.bytes) : CopyDisk(req.from, req.path, &copied);
+      if (!ch.Send(static_cast<uint16_t>(MsgType::kDiskMade),
+                   Encode(DiskMadeMsg{req.request, made.ok() ? "" : made.message(), copied})).ok()) {
         ::_exit(0);
       }
       continue;

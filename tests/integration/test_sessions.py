@@ -406,3 +406,53 @@ def test_the_cli_drives_a_session(daemons, redis_server):
     assert cli("destroy", "cli-1").returncode == 0
     gone = cli("info", "cli-1")
     assert gone.returncode == 1 and b"session_not_found" in gone.stderr
+
+
+def test_snapshots_are_templates_on_any_host(redis_server, daemons, client):
+    a = daemons(workers=1, extra=SMALL)
+    s = client.session("snap-src")
+    s.exec(shell="mkdir -p /opt/tool && echo v1 > /opt/tool/version", as_root=True)
+    s.write_file("/work/data.txt", "prepared data\n")
+    s.exec(shell="echo in-tmp > /tmp/t")
+    info = s.snapshot("tool-v1")
+    assert info["name"] == "tool-v1" and info["template"] == "default" and info["bytes"] > 0
+    # The source session goes on, and its later changes are not in the snapshot.
+    s.write_file("/work/after.txt", "later")
+    with pytest.raises(SessionError) as e:
+        s.snapshot("tool-v1")
+    assert e.value.code == "exists"
+    with pytest.raises(SessionError) as e:
+        s.snapshot("default")  # a configured template's name
+    assert e.value.code == "exists"
+    names = [x["name"] for x in client.snapshots()]
+    assert "tool-v1" in names
+    # A new session from it, here: everything the source had, nothing it did later.
+    n = client.session("snap-new-1", template="tool-v1")
+    r = n.exec(shell="cat /opt/tool/version /work/data.txt /tmp/t; ls /work")
+    assert r.stdout == b"v1\nprepared data\nin-tmp\ndata.txt\n", r
+    assert n.info().template == "tool-v1"
+    # A stopped session can be snapshotted too.
+    n.write_file("/work/second.txt", "2")
+    n.stop()
+    assert n.snapshot("tool-v2")["bytes"] > 0
+    # Another host, with its own state directory, fetches the same content from Redis.
+    b = daemons(workers=1, extra=SMALL)
+    s.stop()
+    n.destroy()
+    s.destroy()
+    a.stop()  # only b is left
+    m = client.session("snap-other-host", template="tool-v2")
+    assert m.info().host == b.consumer
+    assert m.exec(shell="cat /opt/tool/version /work/second.txt").stdout == b"v1\n2"
+    # It resumes as itself (its template is the snapshot's name).
+    m.stop()
+    assert m.start().template == "tool-v2"
+    m.destroy()
+    client.delete_snapshot("tool-v1")
+    client.delete_snapshot("tool-v2")
+    client.delete_snapshot("tool-v2")  # idempotent
+    assert client.snapshots() == []
+    assert not any(k.startswith(b"sandpool:snapshot:") for k in client.redis.keys("sandpool:snapshot:*"))
+    with pytest.raises(SessionError) as e:
+        client.session("snap-gone", template="tool-v1")
+    assert e.value.code == "bad_field"

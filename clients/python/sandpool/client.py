@@ -115,6 +115,13 @@ class Keys:
     def sessions(self) -> str:
         return f"{self.prefix}:sessions"
 
+    def snapshot(self, name: str) -> str:
+        return f"{self.prefix}:snapshot:{name}"
+
+    @property
+    def snapshots(self) -> str:
+        return f"{self.prefix}:snapshots"
+
     @property
     def dead(self) -> str:
         return f"{self.prefix}:dead"
@@ -353,6 +360,22 @@ class Client:
                 out.append(dict({k: v.decode("utf-8", "replace") for k, v in row.items()}, session=sid,
                                 labels=msgpack.unpackb(labels, raw=False) if labels else {}))
         return out
+
+    def snapshots(self) -> List[Dict[str, str]]:
+        """Every snapshot template's record (name, base, host, created_ms, size, data_bytes, ...)."""
+        names = sorted(m.decode() for m in self.redis.smembers(self.keys.snapshots))
+        pipe = self.redis.pipeline(transaction=False)
+        for n in names:
+            pipe.hgetall(self.keys.snapshot(n))
+        return [{k.decode(): v.decode("utf-8", "replace") for k, v in rec.items()}
+                for rec in pipe.execute() if rec]
+
+    def delete_snapshot(self, name: str) -> None:
+        """Deletes a snapshot template everywhere (``snapshot_delete``, sent to the session intake:
+        any daemon does it). Idempotent."""
+        from .session import Session
+
+        Session(self, "snapshot-delete")._call("snapshot_delete", {"name": name}, intake=True)
 
     # -- control -----------------------------------------------------------------------------
 

@@ -213,6 +213,12 @@ class Session:
             return  # nothing holds it: nothing to remove
         self._call("destroy", {}, timeout=120)
 
+    def snapshot(self, name: str) -> Dict[str, Any]:
+        """Captures the session's files as a template `name` (PROTOCOL.md section 18): new
+        sessions on any host can start from it (``template=name``). Returns {name, template,
+        bytes}."""
+        return self._call("snapshot", {"name": name}, timeout=600)
+
     # -- commands ----------------------------------------------------------------------------
 
     def exec(self, *, as_root: bool = False, on_stdout: Optional[OutputCallback] = None,
@@ -335,14 +341,15 @@ class Session:
         req.update(fields)
         return {"id": op_id.encode(), "req": msgpack.packb(req, use_bin_type=True)}
 
-    def _call(self, op: str, fields: Mapping[str, Any], timeout: Optional[float] = 60.0) -> Dict[str, Any]:
+    def _call(self, op: str, fields: Mapping[str, Any], timeout: Optional[float] = 60.0,
+              intake: bool = False) -> Dict[str, Any]:
         """Sends one operation and returns its value; raises :class:`SessionError` if it failed.
         Subscribes to the op's channel first, so the answer is heard the moment it exists; the
         result key is the fallback (and the truth) if the event is missed."""
         from .client import new_job_id
 
         op_id = new_job_id()
-        stream = self._stream(op)
+        stream = self.client.keys.session_intake(self.client.queue) if intake else self._stream(op)
         deadline = None if timeout is None else time.monotonic() + timeout
         pubsub = self.client._subscribe(op_id)
         try:
