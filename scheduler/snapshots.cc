@@ -252,6 +252,11 @@ void Snapshots::Ensure(const std::string& name, std::function<void(Result<Snapsh
     }
     SnapshotMeta rec{f["name"], f["base"], f["host"], f["checksum"], static_cast<int64_t>(ToU64(f["created_ms"])),
                      ToU64(f["size"]), ToU64(f["data_bytes"]), ToU64(f["chunks"]), ToU64(f["disk_bytes"])};
+    if (rec.data_bytes > config_.max_snapshot_bytes || rec.chunks > config_.max_snapshot_bytes / kChunkBytes + 1) {
+      // What this host would not publish, it does not fetch either (--max-snapshot-bytes 0: none).
+      FinishEnsure(name, Status::Error("snapshot " + name + " is larger than this host's --max-snapshot-bytes"));
+      return;
+    }
     auto local = ReadMeta(name);
     if (local.ok() && local->checksum == rec.checksum && local->created_ms == rec.created_ms) {
       FinishEnsure(name, local.value());
