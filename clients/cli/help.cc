@@ -95,8 +95,9 @@ and resumes. Each subcommand is one operation; values print as JSON; errors as
   ls                    every session: id, state, template, host
   exec ID [--as-root] [job options] -- CMD...   (or --shell 'LINE')
                         run a command in it; streams its output, exits with its status
-  write ID PATH [--mode OCTAL] [--as-root]      write stdin to PATH in the session
-  read ID PATH [--as-root]                      print the file at PATH
+  write|put ID PATH [--mode OCTAL] [--as-root]  write stdin to PATH in the session
+  read|get ID PATH [--as-root]                  print the file at PATH
+  snapshot ID NAME      its files become template NAME: 'create NEW --template NAME' on any host
   spawn ID [--env K=V] [--cwd DIR] -- CMD...    (or --shell 'LINE') start a background process
   ps ID                 its background processes
   logs ID PID [--wait] [--tail N]               a background process's output

@@ -415,6 +415,14 @@ int Logs(const std::vector<std::string>& args, GlobalOptions g) {
   return 0;
 }
 
+int Snapshot(const std::vector<std::string>& args, GlobalOptions g) {
+  auto a = Parse(args, &g, {}, {});
+  if (!a.ok()) return Usage(a.status());
+  auto sid = OneId(a.value(), 2);
+  if (!sid.ok()) return Usage(sid.status());
+  return Show(Call(g, "snapshot", sid.value(), [&](Request& q) { q.Str("name", a->positional[1]); }, 600000));
+}
+
 int Kill(const std::vector<std::string>& args, GlobalOptions g) {
   auto a = Parse(args, &g, {}, {"--signal"});
   if (!a.ok()) return Usage(a.status());
@@ -443,8 +451,9 @@ int SessionCommand(const std::vector<std::string>& args, GlobalOptions g) {
   if (sub == "info" || sub == "stop" || sub == "destroy" || sub == "ps") return Simple(sub, rest, g);
   if (sub == "ls" || sub == "list") return List(rest, g);
   if (sub == "exec") return Exec(rest, g);
-  if (sub == "write") return Write(rest, g);
-  if (sub == "read") return Read(rest, g);
+  if (sub == "write" || sub == "put") return Write(rest, g);
+  if (sub == "read" || sub == "get") return Read(rest, g);
+  if (sub == "snapshot") return Snapshot(rest, g);
   if (sub == "spawn") return Spawn(rest, g);
   if (sub == "logs") return Logs(rest, g);
   if (sub == "kill") return Kill(rest, g);

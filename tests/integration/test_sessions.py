@@ -400,6 +400,11 @@ def test_the_cli_drives_a_session(daemons, redis_server):
     assert cli("spawn", "cli-1", "--shell", "echo bg").stdout.strip() == b'{"pid":"p1"}'
     assert cli("logs", "cli-1", "p1", "--wait").stdout == b"bg\n"
     assert b"cli-1\trunning\tdefault" in cli("ls").stdout
+    snap = cli("snapshot", "cli-1", "cli-snap")
+    assert snap.returncode == 0 and b'"name":"cli-snap"' in snap.stdout, snap.stderr
+    assert cli("create", "cli-2", "--template", "cli-snap").returncode == 0
+    assert cli("get", "cli-2", "/work/f").stdout == b"from stdin"
+    assert cli("destroy", "cli-2").returncode == 0
     assert cli("stop", "cli-1").returncode == 0
     stopped = cli("exec", "cli-1", "--", "true")
     assert stopped.returncode != 0 and b"session_stopped" in stopped.stderr
