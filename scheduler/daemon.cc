@@ -178,6 +178,11 @@ void Daemon::Dispatch(StreamEntry e) {
     return;
   }
   Admitted job = std::move(std::get<Admitted>(admitted));
+  if (job.template_index == kUnconfiguredTemplate) {
+    metrics_.JobReceived();
+    sessions_->RunJob(std::move(job.spec), e.stream, e.id);
+    return;
+  }
   uint32_t t = job.template_index;
   Slot* slot = pools_->ReadySlot(t);
   if (slot == nullptr) {

@@ -51,7 +51,12 @@ std::variant<Admitted, Rejection> Admit(const StreamEntry& e, const DaemonConfig
                      "the payload's id '" + a.spec.id + "' differs from the entry's id field", false};
   }
   int tmpl = TemplateFor(a.spec, config);
-  if (tmpl < 0) return Rejection{job_id, ErrorCode::kBadField, "unknown template '" + a.spec.template_name + "'", false};
+  auto enq = e.fields.find("enqueued_ms");
+  a.enqueued_ms = enq != e.fields.end() ? std::strtoll(enq->second.c_str(), nullptr, 10) : EntryMs(e.id);
+  if (tmpl < 0) {
+    a.template_index = kUnconfiguredTemplate;
+    return a;
+  }
   a.template_index = static_cast<uint32_t>(tmpl);
   const TemplateConfig& t = config.templates[a.template_index];
   if (a.spec.code && a.spec.runtime != t.sandbox.runtime && SourceArgv(*FindRuntime(a.spec.runtime), *a.spec.code).empty()) {
@@ -61,8 +66,6 @@ std::variant<Admitted, Rejection> Admit(const StreamEntry& e, const DaemonConfig
                          " warm, must go on a command line (at most " + std::to_string(kMaxExecString - 1) + " bytes)",
                      false};
   }
-  auto enq = e.fields.find("enqueued_ms");
-  a.enqueued_ms = enq != e.fields.end() ? std::strtoll(enq->second.c_str(), nullptr, 10) : EntryMs(e.id);
   return a;
 }
 

@@ -21,9 +21,13 @@ struct StreamEntry {
   int64_t waiting_since_us = 0;  // set when it first found its template's pool empty
 };
 
+// A job naming a template this daemon has not configured: a snapshot's name, perhaps (PROTOCOL.md
+// section 18); Sessions::RunJob decides (it needs Redis to know).
+inline constexpr uint32_t kUnconfiguredTemplate = UINT32_MAX;
+
 struct Admitted {
   JobSpec spec;
-  uint32_t template_index = 0;
+  uint32_t template_index = 0;  // or kUnconfiguredTemplate
   int64_t enqueued_ms = 0;  // when it was first queued (the entry id's time, or enqueued_ms)
 };
 

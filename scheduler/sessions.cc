@@ -237,6 +237,10 @@ SessionInfo Sessions::InfoOf(const Entry& e) const {
 }
 
 void Sessions::WriteRecord(Entry& e) {
+  if (e.internal) {
+    e.record_dirty = false;
+    return;
+  }
   const Meta& m = e.meta;
   std::string key = keys_.Session(m.id);
   msgpack::sbuffer opts;
@@ -639,7 +643,7 @@ void Sessions::Create(Entry& e, Op op) {
   e.waiting.push_back(std::move(op));
   int t = FindTemplate(config_, m.template_name);
   if (t >= 0) {
-    CreateOn(sid, static_cast<uint32_t>(t), "", 0);
+    CreateOn(sid, static_cast<uint32_t>(t), "", 0, "");
     return;
   }
   // Not a configured template: a snapshot, fetched first if this host has not got it.
@@ -657,11 +661,13 @@ void Sessions::Create(Entry& e, Op op) {
       for (Op& w : waiting) AnswerError(w, code, "template: " + why);
       return;
     }
-    CreateOn(sid, static_cast<uint32_t>(base), snapshots_->Image(entry.meta.template_name), snap->disk_bytes);
+    CreateOn(sid, static_cast<uint32_t>(base), snapshots_->Image(entry.meta.template_name), snap->disk_bytes,
+             snap->checksum + "@" + std::to_string(snap->created_ms));
   });
 }
 
-void Sessions::CreateOn(const std::string& sid, uint32_t t, const std::string& image, uint64_t snapshot_disk_bytes) {
+void Sessions::CreateOn(const std::string& sid, uint32_t t, const std::string& image, uint64_t snapshot_disk_bytes,
+                        const std::string& version) {
   Entry& e = sessions_[sid];
   const SessionCreateOptions& c = e.waiting.front().req.create;
   const TemplateConfig& tc = config_.templates[t];
@@ -674,13 +680,13 @@ void Sessions::CreateOn(const std::string& sid, uint32_t t, const std::string& i
   m.disk_bytes = !image.empty() ? snapshot_disk_bytes : c.disk_bytes ? c.disk_bytes : limits_.default_disk_bytes;
   e.template_index = t;
   std::string dir = Dir(sid);
-  if (image.empty() && AdoptSpare(e)) {
+  if (AdoptSpare(e, version)) {
     Status saved = SaveMeta(m);
     if (!saved.ok()) {
       StartFailed(e, saved.message());
       return;
     }
-    MakeSpare(e.template_index);
+    MakeSpare(m.template_name, t, image, m.disk_bytes, version);
     Started(e);
     return;
   }
@@ -709,7 +715,7 @@ void Sessions::CreateOn(const std::string& sid, uint32_t t, const std::string& i
     }
     Launch(it->second, fresh);
   });
-  if (image.empty()) MakeSpare(e.template_index);
+  MakeSpare(m.template_name, t, image, !image.empty() ? m.disk_bytes : limits_.default_disk_bytes, version);
 }
 
 // ---- Snapshots (snapshots.h) ---------------------------------------------------------------------
@@ -814,27 +820,27 @@ void Sessions::TakeKeeper(uint32_t t, std::function<void(Pools::KeeperHandle)> d
 
 // The hooks of a session sandbox: they follow `owner` (the session id; empty while the sandbox
 // is a warm spare of its template), which adoption changes.
-Session::Hooks Sessions::HooksFor(std::shared_ptr<std::string> owner, uint32_t t) {
+Session::Hooks Sessions::HooksFor(std::shared_ptr<std::string> owner, const std::string& spare) {
   Session::Hooks hooks;
-  hooks.on_ready = [this, owner, t](Session&) {
+  hooks.on_ready = [this, owner, spare](Session&) {
     if (owner->empty()) {
-      SpareReady(t);
+      SpareReady(spare);
       return;
     }
     auto found = sessions_.find(*owner);
     if (found != sessions_.end()) Started(found->second);
   };
-  hooks.on_start_failed = [this, owner, t](Session&, const std::string& why) {
+  hooks.on_start_failed = [this, owner, spare](Session&, const std::string& why) {
     if (owner->empty()) {
-      DropSpare(t, why);
+      DropSpare(spare, why);
       return;
     }
     auto found = sessions_.find(*owner);
     if (found != sessions_.end()) StartFailed(found->second, why);
   };
-  hooks.on_ended = [this, owner, t](Session&, const std::string& why, bool asked) {
+  hooks.on_ended = [this, owner, spare](Session&, const std::string& why, bool asked) {
     if (owner->empty()) {
-      DropSpare(t, why);
+      DropSpare(spare, why);
       return;
     }
     auto found = sessions_.find(*owner);
@@ -864,7 +870,7 @@ std::unique_ptr<Session> Sessions::StartSandbox(std::shared_ptr<std::string> own
     return nullptr;
   }
   const TemplateConfig& tc = config_.templates[t];
-  auto session = std::make_unique<Session>(base_, *owner, config_.consumer, m.env, tc.env, HooksFor(owner, t));
+  auto session = std::make_unique<Session>(base_, *owner, config_.consumer, m.env, tc.env, HooksFor(owner, m.template_name));
   SessionStartMsg start;
   start.session = owner->empty() ? "(spare)" : *owner;
   start.fresh = fresh;
@@ -905,76 +911,84 @@ Sessions::Meta Sessions::DefaultMeta(uint32_t t) const {
   return m;
 }
 
-void Sessions::MakeSpare(uint32_t t) {
-  if (config_.session_spares == 0 || draining_ || spares_.count(t)) return;
+void Sessions::MakeSpare(const std::string& name, uint32_t t, const std::string& image, uint64_t disk_bytes,
+                         const std::string& version) {
+  // At most one per template, and a few in all: each holds a sandbox of the budget.
+  if (config_.session_spares == 0 || draining_ || spares_.count(name) || spares_.size() >= kMostSpares) return;
   Meta m = DefaultMeta(t);
+  m.template_name = name;
+  m.disk_bytes = disk_bytes;
   // A spare is a running sandbox: it holds its share of the budget, and only if there is room.
   if (!pools_->TakeSessionBudget(m.memory_bytes)) return;
-  Spare& sp = spares_[t];
+  Spare& sp = spares_[name];
+  sp.t = t;
+  sp.defaults = m;
+  sp.version = version;
   sp.dir = config_.state_dir + "/sessions/w-" + std::to_string(next_spare_++);
   if (::mkdir(sp.dir.c_str(), 0700) != 0) {
-    DropSpare(t, ErrnoStatus("mkdir " + sp.dir).message());
+    DropSpare(name, ErrnoStatus("mkdir " + sp.dir).message());
     return;
   }
   std::string dir = sp.dir;
-  pools_->MakeDisk(dir + "/disk.img", m.disk_bytes, "", [this, t, dir, m](std::string error, uint64_t) {
-    auto it = spares_.find(t);
+  bool fresh = image.empty();
+  pools_->MakeDisk(dir + "/disk.img", m.disk_bytes, image, [this, name, t, dir, m, fresh](std::string error, uint64_t) {
+    auto it = spares_.find(name);
     if (it == spares_.end() || it->second.dir != dir) {
       ::unlink((dir + "/disk.img").c_str());  // given up while its disk was being made
       ::rmdir(dir.c_str());
       return;
     }
     if (!error.empty()) {
-      DropSpare(t, "its disk: " + error);
+      DropSpare(name, "its disk: " + error);
       return;
     }
-    TakeKeeper(t, [this, t, dir, m](Pools::KeeperHandle k) {
-      auto found = spares_.find(t);
+    TakeKeeper(t, [this, name, t, dir, m, fresh](Pools::KeeperHandle k) {
+      auto found = spares_.find(name);
       if (found == spares_.end() || found->second.dir != dir || found->second.session) {
         pools_->ReleaseSessionSlot(k.slot);
         return;
       }
       std::string why;
-      found->second.session = StartSandbox(found->second.owner, t, m, dir, true, std::move(k), &why);
-      if (!found->second.session) DropSpare(t, why);
+      found->second.session = StartSandbox(found->second.owner, t, m, dir, fresh, std::move(k), &why);
+      if (!found->second.session) DropSpare(name, why);
     });
   });
 }
 
-void Sessions::SpareReady(uint32_t t) {
-  auto it = spares_.find(t);
+void Sessions::SpareReady(const std::string& name) {
+  auto it = spares_.find(name);
   if (it != spares_.end()) it->second.ready = true;
 }
 
 // A spare that failed or ended: its budget, keeper and disk go; another is made on next use.
-void Sessions::DropSpare(uint32_t t, const std::string& why) {
-  auto it = spares_.find(t);
+void Sessions::DropSpare(const std::string& name, const std::string& why) {
+  auto it = spares_.find(name);
   if (it == spares_.end()) return;
   Spare sp = std::move(it->second);
   spares_.erase(it);
-  if (!why.empty() && why != "stopped") LogWarn("warm session sandbox lost", {{"template", config_.templates[t].name}, {"why", why}});
-  pools_->ReturnSessionBudget(DefaultMeta(t).memory_bytes);
+  if (!why.empty() && why != "stopped") LogWarn("warm session sandbox lost", {{"template", name}, {"why", why}});
+  pools_->ReturnSessionBudget(sp.defaults.memory_bytes);
   if (sp.session) {
     pools_->ReleaseSessionSlot(sp.session->keeper_slot());
-    if (!sp.session->ended()) {
-      // Its end is heard no more (the spare is gone from spares_): the disk goes once the
-      // keeper has unmounted it, which the sandbox's end guarantees; until then it is kept.
-      sp.session->Stop();
-    }
+    if (!sp.session->ended()) sp.session->Stop();
     Collect(std::move(sp.session));
   }
-  std::string dir = sp.dir;
   // The image is unmounted by the keeper when the sandbox ends; removing the file while it is
   // still mounted is harmless (the space returns when the loop device lets go).
-  for (const char* f : {"/disk.img"}) ::unlink((dir + f).c_str());
-  ::rmdir(dir.c_str());
+  ::unlink((sp.dir + "/disk.img").c_str());
+  ::rmdir(sp.dir.c_str());
 }
 
-// Takes the template's ready spare for a new session: its directory becomes the session's.
-bool Sessions::AdoptSpare(Entry& e) {
-  auto it = spares_.find(e.template_index);
+// Takes the template's (or snapshot's, of that `version`) ready spare for a new session that asks
+// for nothing but its defaults: the spare's directory becomes the session's.
+bool Sessions::AdoptSpare(Entry& e, const std::string& version) {
+  auto it = spares_.find(e.meta.template_name);
   if (it == spares_.end() || !it->second.ready || !it->second.session || !it->second.session->ready()) return false;
-  Meta d = DefaultMeta(e.template_index);
+  const Meta& d = it->second.defaults;
+  if (it->second.version != version) {
+    DropSpare(e.meta.template_name, "");  // made from an older snapshot of that name
+    return false;
+  }
   if (e.meta.memory_bytes != d.memory_bytes || e.meta.pids != d.pids || e.meta.cpus != d.cpus ||
       e.meta.disk_bytes != d.disk_bytes) {
     return false;  // it asked for its own limits: a sandbox made for it
@@ -1009,6 +1023,11 @@ void Sessions::SpareKeeper(uint32_t t) {
 }
 
 void Sessions::Started(Entry& e) {
+  if (e.internal) {
+    e.state = State::kRunning;
+    if (auto start = std::move(e.job_start)) start(true, "");
+    return;
+  }
   double seconds = static_cast<double>(MonotonicUs() - e.create_started_us) / 1e6;
   LogInfo("session running", {{"session", e.meta.id}, {"seconds", seconds}});
   metrics_->ObserveSessionStart(seconds);
@@ -1019,6 +1038,17 @@ void Sessions::Started(Entry& e) {
 }
 
 void Sessions::StartFailed(Entry& e, const std::string& why) {
+  if (e.internal) {
+    if (e.budget) pools_->ReturnSessionBudget(e.meta.memory_bytes);
+    e.budget = false;
+    if (e.session) {
+      pools_->ReleaseSessionSlot(e.session->keeper_slot());
+      Collect(std::move(e.session));
+    }
+    e.state = State::kError;
+    if (auto start = std::move(e.job_start)) start(false, why);
+    return;
+  }
   LogWarn("session could not start", {{"session", e.meta.id}, {"error", why}});
   if (e.budget) pools_->ReturnSessionBudget(e.meta.memory_bytes);
   e.budget = false;
@@ -1089,7 +1119,7 @@ void Sessions::Destroy(Entry& e, std::optional<Op> op) {
       break;
   }
   RemoveFiles(sid);
-  ForgetRecord(sid);
+  if (!e.internal) ForgetRecord(sid);
   auto waiting = std::move(e.waiting);
   sessions_.erase(sid);
   LogInfo("session destroyed", {{"session", sid}});
@@ -1263,6 +1293,137 @@ void Sessions::AnswerEntry(const std::string& stream, const std::string& entry,
   ledger_->Answer(id, stream, entry, result, event);
 }
 
+// ---- One-shot jobs on snapshot templates ---------------------------------------------------------
+
+void Sessions::RunJob(JobSpec spec, const std::string& stream, const std::string& entry) {
+  ++ops_in_flight_;
+  auto shared = std::make_shared<JobSpec>(std::move(spec));
+  bool sent = ledger_->Claim(shared->id, stream, entry, shared->retries + 1,
+                             [this, shared, stream, entry](JobLedger::Verdict v, uint32_t attempt) {
+    JobResult r;
+    r.id = shared->id;
+    r.attempt = attempt;
+    switch (v) {
+      case JobLedger::Verdict::kRun:
+        StartJob(shared, stream, entry, attempt);
+        return;
+      case JobLedger::Verdict::kCancelled:
+        r.outcome = Outcome::kCancelled;
+        r.error = JobError{ErrorCode::kCancelled, "cancelled by a client before it started"};
+        ledger_->Finish(std::move(r), stream, entry, 0);
+        break;
+      case JobLedger::Verdict::kLost:
+        r.outcome = Outcome::kWorkerLost;
+        r.error = JobError{ErrorCode::kWorkerLost, "the daemon running this job died and no retry was left"};
+        ledger_->Finish(std::move(r), stream, entry, 0);
+        break;
+      case JobLedger::Verdict::kDrop:
+        ledger_->Ack(stream, entry);
+        break;
+      case JobLedger::Verdict::kUnknown:
+        ledger_->Drop(entry);
+        break;
+    }
+    --ops_in_flight_;
+    if (on_idle_) on_idle_();
+  });
+  if (!sent) {
+    ledger_->Drop(entry);
+    --ops_in_flight_;
+  }
+}
+
+void Sessions::StartJob(std::shared_ptr<JobSpec> spec, std::string stream, std::string entry, uint32_t attempt) {
+  auto fail = [this, spec, stream, entry, attempt](ErrorCode code, const std::string& why) {
+    JobResult r;
+    r.id = spec->id;
+    r.attempt = attempt;
+    r.outcome = Outcome::kError;
+    r.error = JobError{code, why};
+    ledger_->Finish(std::move(r), stream, entry, 0);
+    --ops_in_flight_;
+    if (on_idle_) on_idle_();
+  };
+  snapshots_->Ensure(spec->template_name, [this, spec, stream, entry, attempt, fail](Result<SnapshotMeta> snap) {
+    int base = snap.ok() ? FindTemplate(config_, snap->base) : -1;
+    if (!snap.ok() || base < 0) {
+      bool unknown = !snap.ok() && snap.status().sys_errno() == ENOENT;
+      fail(unknown || snap.ok() ? ErrorCode::kBadField : ErrorCode::kSandboxFailed,
+           unknown ? "unknown template '" + spec->template_name + "'"
+                   : snap.ok() ? "template '" + spec->template_name + "': its base " + snap->base + " is not configured here"
+                               : "template '" + spec->template_name + "': " + snap.status().message());
+      return;
+    }
+    // Its own session, never listed: made like a session's create (a warm spare of the snapshot
+    // when there is one), with the job's limits.
+    std::string sid = "job." + spec->id;
+    if (sessions_.count(sid)) {
+      fail(ErrorCode::kInternal, "a run of this job is already here");
+      return;
+    }
+    Entry& e = sessions_[sid];
+    e.internal = true;
+    Op create;
+    create.req.op = SessionOp::kCreate;
+    create.req.session = sid;
+    create.req.create.template_name = spec->template_name;
+    create.req.create.memory_bytes = spec->memory_bytes;
+    create.req.create.pids = spec->pids;
+    create.req.create.ephemeral = true;
+    e.meta.id = sid;
+    e.meta.template_name = spec->template_name;
+    e.meta.ephemeral = true;
+    e.meta.created_ms = WallMs();
+    e.last_used_ms = e.meta.created_ms;
+    e.state = State::kCreating;
+    e.create_started_us = MonotonicUs();
+    e.waiting.push_back(std::move(create));
+    e.job_start = [this, sid, spec, stream, entry, attempt, fail](bool started, const std::string& why) {
+      auto it = sessions_.find(sid);
+      if (!started) {
+        if (it != sessions_.end()) {
+          RemoveFiles(sid);
+          sessions_.erase(it);
+        }
+        fail(ErrorCode::kSandboxFailed, "could not start its sandbox: " + why);
+        return;
+      }
+      it->second.waiting.clear();
+      op_session_[spec->id] = sid;
+      // The command's events (started, output, exited) are the job's, on its channel.
+      it->second.session->Exec(spec->id, *spec, false, attempt,
+                               [this, sid, stream, entry](JobResult&& r, uint64_t seq) {
+                                 EndJob(sid, std::move(r), seq, stream, entry);
+                               });
+    };
+    CreateOn(sid, static_cast<uint32_t>(base), snapshots_->Image(spec->template_name), snap->disk_bytes,
+             snap->checksum + "@" + std::to_string(snap->created_ms));
+  });
+}
+
+void Sessions::EndJob(const std::string& sid, JobResult&& r, uint64_t seq, const std::string& stream,
+                      const std::string& entry) {
+  op_session_.erase(r.id);
+  metrics_->JobCompleted(OutcomeName(r.outcome));
+  ledger_->Finish(std::move(r), stream, entry, seq);
+  --ops_in_flight_;
+  auto it = sessions_.find(sid);
+  if (it != sessions_.end()) {
+    // Destroyed from the loop: this runs inside the session's command callback.
+    Session* s = it->second.session.get();
+    if (s != nullptr) {
+      s->Defer([this, sid] {
+        auto found = sessions_.find(sid);
+        if (found != sessions_.end()) Destroy(found->second, std::nullopt);
+      });
+    } else {
+      RemoveFiles(sid);
+      sessions_.erase(it);
+    }
+  }
+  if (on_idle_) on_idle_();
+}
+
 // ---- Cancels, drain ----------------------------------------------------------------------------
 
 bool Sessions::Cancel(const std::string& op_id) {
@@ -1321,7 +1482,7 @@ void Sessions::Heartbeat() {
   size_t counts[6] = {0, 0, 0, 0, 0, 0};
   for (auto& [sid, e] : sessions_) {
     ++counts[static_cast<int>(e.state)];
-    if (e.state != State::kRunning || !e.session) continue;
+    if (e.state != State::kRunning || !e.session || e.internal) continue;
     // A session running a command is in use, however long the command takes.
     if (!e.session->RunningCommands().empty()) {
       e.last_used_ms = now;

@@ -79,6 +79,11 @@ class Sessions {
   void StopAll();
   // Nothing runs: no sandbox, no operation in flight.
   bool Idle() const;
+  // A one-shot job whose template is not configured here (intake.h kUnconfiguredTemplate): if a
+  // snapshot has that name, it runs in a session made from it (its warm spare when there is
+  // one) that is destroyed after; else it ends with bad_field. The entry is claimed and answered
+  // as any job's (job_ledger.h).
+  void RunJob(JobSpec spec, const std::string& stream, const std::string& entry);
   void Close();
 
  private:
@@ -117,6 +122,10 @@ class Sessions {
     int64_t create_started_us = 0;
     std::vector<Op> waiting;            // arrived while creating or stopping: served after
     std::vector<std::function<void()>> after_end;  // run once the sandbox is gone
+    // A one-shot job's session (RunJob): no record, never listed, destroyed when the job ends.
+    // `job_start` runs once it is running (or with false if it could not start).
+    bool internal = false;
+    std::function<void(bool started, const std::string& why)> job_start;
   };
 
   // Reading.
@@ -133,9 +142,13 @@ class Sessions {
   void Create(Entry& e, Op op);
   // The rest of a create once its template is known: `image` (a snapshot's) is copied as its disk,
   // or a new disk of its size is made when empty.
-  void CreateOn(const std::string& sid, uint32_t t, const std::string& image, uint64_t snapshot_disk_bytes);
+  // `version` tells snapshots of one name apart (a spare is adopted only by its own version).
+  void CreateOn(const std::string& sid, uint32_t t, const std::string& image, uint64_t snapshot_disk_bytes,
+                const std::string& version);
   void TakeSnapshot(Entry& e, Op op);
   void DeleteSnapshot(const Op& op);
+  void StartJob(std::shared_ptr<JobSpec> spec, std::string stream, std::string entry, uint32_t attempt);
+  void EndJob(const std::string& sid, JobResult&& r, uint64_t seq, const std::string& stream, const std::string& entry);
   void Resume(Entry& e);
   void Launch(Entry& e, bool fresh);
   void Started(Entry& e);
@@ -174,15 +187,18 @@ class Sessions {
 
   void SpareKeeper(uint32_t t);
   void TakeKeeper(uint32_t t, std::function<void(Pools::KeeperHandle)> done);
-  Session::Hooks HooksFor(std::shared_ptr<std::string> owner, uint32_t t);
+  Session::Hooks HooksFor(std::shared_ptr<std::string> owner, const std::string& spare);
   std::unique_ptr<Session> StartSandbox(std::shared_ptr<std::string> owner, uint32_t t, const Meta& m,
                                         const std::string& dir, bool fresh, Pools::KeeperHandle k, std::string* error);
-  // Warm spares (one per template that has had a session, --session-spares).
+  // Warm spares: one per template (configured, or a snapshot: its own warm pool) that has had a
+  // session, --session-spares, at most kMostSpares in all.
+  static constexpr size_t kMostSpares = 4;
   Meta DefaultMeta(uint32_t t) const;
-  void MakeSpare(uint32_t t);
-  void SpareReady(uint32_t t);
-  void DropSpare(uint32_t t, const std::string& why);
-  bool AdoptSpare(Entry& e);
+  void MakeSpare(const std::string& name, uint32_t t, const std::string& image, uint64_t disk_bytes,
+                 const std::string& version);
+  void SpareReady(const std::string& name);
+  void DropSpare(const std::string& name, const std::string& why);
+  bool AdoptSpare(Entry& e, const std::string& version);
   // Takes `memory` of the host budget for a session, giving up a spare if that makes room.
   bool TakeBudget(uint64_t memory);
   void Collect(std::unique_ptr<Session> s);
@@ -213,8 +229,11 @@ class Sessions {
     std::unique_ptr<Session> session;
     std::string dir;  // <state-dir>/sessions/w-<n>
     bool ready = false;
+    uint32_t t = 0;       // the configured template it runs on
+    Meta defaults;        // the limits and disk it was made with
+    std::string version;  // a snapshot's checksum@created_ms ("" for a configured template)
   };
-  std::map<uint32_t, Spare> spares_;  // by template
+  std::map<std::string, Spare> spares_;  // by template name (configured or snapshot)
   uint64_t next_spare_ = 1;
   std::vector<std::unique_ptr<Session>> graveyard_;
   struct event* collect_ev_ = nullptr;

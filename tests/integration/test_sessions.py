@@ -461,3 +461,32 @@ def test_snapshots_are_templates_on_any_host(redis_server, daemons, client):
     with pytest.raises(SessionError) as e:
         client.session("snap-gone", template="tool-v1")
     assert e.value.code == "bad_field"
+
+
+def test_one_shot_jobs_run_on_a_snapshot_and_leave_nothing(daemons, client):
+    d = daemons(workers=1, extra=SMALL)
+    src = client.session("jobsnap-src")
+    src.write_file("/work/input.txt", "from the snapshot\n")
+    src.exec(shell="mkdir -p /opt/t && printf '#!/bin/sh\\necho tool ran\\n' > /opt/t/tool && chmod +x /opt/t/tool",
+             as_root=True)
+    src.snapshot("jobsnap")
+    src.destroy()
+    results = [client.run(template="jobsnap", shell="cat /work/input.txt; /opt/t/tool; echo $$ > /work/mine",
+                          wait_timeout=60) for _ in range(4)]
+    for r in results:
+        assert r.ok and r.stdout == b"from the snapshot\ntool ran\n", r
+    # Each job had a fresh copy: what one wrote, the next did not see.
+    r = client.run(template="jobsnap", shell="cat /work/mine 2>&1; exit 3", wait_timeout=60)
+    assert r.exit_code == 3 and b"No such file" in r.stdout
+    # Timeouts and cancels as for any job.
+    r = client.run(template="jobsnap", shell="sleep 30", timeout_ms=300, wait_timeout=60)
+    assert r.outcome == "timeout"
+    # Nothing is left: no session record, no directory but the warm spare's.
+    assert not [k for k in client.redis.keys("sandpool:session:job.*")]
+    # (a job's session is destroyed right after its result is stored)
+    wait_for(lambda: all(n.startswith("w-") for n in os.listdir(Path(d.state_dir) / "sessions")), 10,
+             "the jobs' sessions to be gone: " + str(sorted(os.listdir(Path(d.state_dir) / "sessions"))))
+    # An unknown template is still an error with a code.
+    r = client.run(template="no-such-thing", shell="true", wait_timeout=60)
+    assert r.error is not None and r.error.code == "bad_field"
+    client.delete_snapshot("jobsnap")

@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Session operations through the Python client, one after another, against a running daemon:
+JSON lines in bench/e2e_bench.cc's format on stdout (system "sandpool-session").
+
+    /usr/bin/python3 bench/sessions_bench.py --redis unix:///path/redis.sock [--n 200]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
+
+from sandpool import Client  # noqa: E402
+
+
+def emit(command, samples, inflight=1, note=None):
+    s = sorted(samples)
+    pick = lambda p: round(s[min(len(s), max(1, -(-p * len(s) // 100))) - 1], 4)  # noqa: E731
+    out = {"system": "sandpool-session", "variant": "python", "mode": "latency", "command": command, "measured": True,
+           "inflight": inflight, "n": len(s), "errors": 0, "lost": 0, "p50_ms": pick(50), "p90_ms": pick(90),
+           "p99_ms": pick(99), "max_ms": round(s[-1], 4), "mean_ms": round(sum(s) / len(s), 4)}
+    if note:
+        out["note"] = note
+    print(json.dumps(out), flush=True)
+    print(f"{command:60} p50 {out['p50_ms']:8.3f}  p90 {out['p90_ms']:8.3f}  p99 {out['p99_ms']:8.3f} ms", file=sys.stderr)
+
+
+def timed(n, fn, warmup=10):
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--redis", required=True)
+    ap.add_argument("--n", type=int, default=200)
+    a = ap.parse_args()
+    c = Client(a.redis, poll_interval=0.5)
+    n = a.n
+    # Creates: adopting the warm spare (default limits), and cold (limits of its own).
+    warm, cold = [], []
+    c.session("bench-prime").destroy()  # the first create of the template starts its spare
+    time.sleep(0.5)
+    for i in range(min(n, 40)):
+        t = time.perf_counter()
+        s = c.session(f"bench-w{i}")
+        warm.append((time.perf_counter() - t) * 1000)
+        s.destroy()
+        time.sleep(0.15)  # the next spare
+    for i in range(min(n, 20)):
+        t = time.perf_counter()
+        s = c.session(f"bench-c{i}", limits={"memory_bytes": 256 << 20})
+        cold.append((time.perf_counter() - t) * 1000)
+        s.destroy()
+    emit("create (takes a warm session sandbox)", warm)
+    emit("create with its own limits (cold: new disk + sandbox)", cold)
+    s = c.session("bench-main")
+    emit("exec argv ['true']", timed(n, lambda: s.exec(argv=["true"])))
+    emit("exec shell 'echo hi'", timed(n, lambda: s.exec(shell="echo hi")))
+    s.run_code("x = 1")
+    emit("code (python context) 'x + 1'", timed(n, lambda: s.run_code("x + 1")))
+    mib = os.urandom(1 << 20)
+    emit("write_file + read_file, 1 MiB", timed(min(n, 100), lambda: (s.write_file("/work/b", mib), s.read_file("/work/b"))))
+    emit("write_file 100 bytes", timed(n, lambda: s.write_file("/work/small", b"x" * 100)))
+    stops, resumes = [], []
+    for _ in range(min(n, 20)):
+        t = time.perf_counter()
+        s.stop()
+        stops.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        s.start()
+        resumes.append((time.perf_counter() - t) * 1000)
+    emit("stop (files kept)", stops)
+    emit("resume (create of a stopped session)", resumes)
+    s.write_file("/work/data", os.urandom(8 << 20))
+    t = time.perf_counter()
+    s.snapshot("bench-snap")
+    emit("snapshot of a running session holding 8 MiB", [(time.perf_counter() - t) * 1000])
+    froms = []
+    for i in range(min(n, 10)):
+        t = time.perf_counter()
+        x = c.session(f"bench-from-{i}", template="bench-snap")
+        froms.append((time.perf_counter() - t) * 1000)
+        x.destroy()
+    emit("create from that snapshot", froms)
+    c.delete_snapshot("bench-snap")
+    s.destroy()
+    c.close()
+
+
+if __name__ == "__main__":
+    main()
