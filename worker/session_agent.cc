@@ -72,11 +72,13 @@ class Agent {
     RefillShells();
     for (;;) {
       std::vector<struct pollfd> p = {{kSock, POLLIN, 0}, {sigfd_.get(), POLLIN, 0}};
-      std::vector<int> shell_of, proc_of;
-      for (size_t i = 0; i < warm_.size(); ++i) {
-        if (!warm_[i].ready) {
-          p.push_back({warm_[i].ctl.get(), POLLIN, 0});
-          shell_of.push_back(static_cast<int>(i));
+      // By pid, not by index: Reap and ShellSpoke remove entries while these are handled (a
+      // session's `kill -9 -1` ends several warm shells at once).
+      std::vector<pid_t> shell_of, proc_of;
+      for (const WarmShell& w : warm_) {
+        if (!w.ready) {
+          p.push_back({w.ctl.get(), POLLIN, 0});
+          shell_of.push_back(w.pid);
         }
       }
       for (auto& [pid, proc] : procs_) {
@@ -88,7 +90,7 @@ class Agent {
       if (::poll(p.data(), p.size(), -1) < 0 && errno != EINTR) ::_exit(3);
       if (p[1].revents) Reap();
       for (size_t k = 0; k < shell_of.size(); ++k) {
-        if (p[2 + k].revents) ShellSpoke(static_cast<size_t>(shell_of[k]));
+        if (p[2 + k].revents) ShellSpoke(shell_of[k]);
       }
       for (size_t k = 0; k < proc_of.size(); ++k) {
         if (p[2 + shell_of.size() + k].revents) ProcSpoke(proc_of[k]);
@@ -197,7 +199,10 @@ class Agent {
     while (warm_.size() < kWarmShells && tries++ < kWarmShells) StartShell();
   }
 
-  void ShellSpoke(size_t i) {
+  void ShellSpoke(pid_t pid) {
+    size_t i = 0;
+    while (i < warm_.size() && warm_[i].pid != pid) ++i;
+    if (i == warm_.size()) return;  // reaped meanwhile
     char c = 0;
     ssize_t n = ::read(warm_[i].ctl.get(), &c, 1);
     if (n == 1 && c == kStubReady) {
@@ -210,7 +215,9 @@ class Agent {
   }
 
   void ProcSpoke(pid_t pid) {
-    Proc& p = procs_[pid];
+    auto it = procs_.find(pid);
+    if (it == procs_.end() || !it->second.ctl) return;  // reaped meanwhile
+    Proc& p = it->second;
     char buf[128];
     ssize_t n = ::read(p.ctl.get(), buf, sizeof buf);
     if (n > 0 && p.said.size() < 256) p.said.append(buf, static_cast<size_t>(n));

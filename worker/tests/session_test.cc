@@ -228,5 +228,19 @@ TEST_F(SessionTest, FileOperationsRunAsTheSessionsUserInsideIt) {
   Stop();
 }
 
+// `kill -9 -1` from the session's root ends every process but init, warm shells included, all at
+// once: the agent must keep serving (it once indexed its warm shells across their removal).
+TEST_F(SessionTest, KillingEveryProcessLeavesTheAgentServing) {
+  Start(MakeDisk("s3"), true);
+  for (int round = 0; round < 10; ++round) {
+    ExecRun k = Shell("kill -9 -1; echo after", round % 2 == 0);
+    (void)k;  // the line kills itself too; what matters is what comes next
+    int ok = 0;
+    for (int i = 0; i < 3 && ok == 0; ++i) ok += Shell("echo alive").out == "alive\n";
+    ASSERT_EQ(ok, 1) << "round " << round;
+  }
+  Stop();
+}
+
 }  // namespace
 }  // namespace sandpool
