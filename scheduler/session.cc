@@ -77,7 +77,8 @@ struct Session::Command {
   int64_t pid = 0;
   uint64_t seq = 0;
   ProcessIo io;
-  bool exited = false, finished = false, gone = false;
+  bool exited = false, finished = false, gone = false, checking = false;
+  uint64_t oom_kills = 0, pids_max_hits = 0;  // new in the session's cgroup since it started
   AgentExitedMsg exit;
   KillReason kill = KillReason::kNone;
   struct event* timeout_ev = nullptr;
@@ -414,7 +415,7 @@ void Session::Exec(const std::string& op_id, const JobSpec& command, bool as_roo
         io.on_eof = [this, &c] {
           if (c.exited) Defer([this, id = c.op_id] {
               auto found = commands_.find(id);
-              if (found != commands_.end()) FinishCommand(*found->second);
+              if (found != commands_.end() && !found->second->checking) FinishCommand(*found->second);
             });
         };
         c.io.Start(base_, std::move(fds[0]), std::move(fds[1]), std::move(fds[2]), c.spec.stdin_data,
@@ -438,8 +439,28 @@ void Session::Exec(const std::string& op_id, const JobSpec& command, bool as_roo
         }
         c.exited = true;
         c.exit = *e;
+        // Killed, and not by us: the session's limits may have done it (the OOM killer, or a
+        // fork bomb's refused forks): the cgroup's counters say, as for a job (outcome.h).
+        bool killed = e->error == 0 && WIFSIGNALED(e->wait_status) && WTERMSIG(e->wait_status) == SIGKILL;
+        if ((killed || (e->error == 0 && WIFEXITED(e->wait_status) && WEXITSTATUS(e->wait_status) != 0)) &&
+            c.kill == KillReason::kNone) {
+          c.checking = true;
+          Stats([this, op_id](std::optional<SessionStatsMsg> st) {
+            auto found = commands_.find(op_id);
+            if (found == commands_.end()) return;
+            Command& cmd = *found->second;
+            cmd.checking = false;
+            if (st) {
+              if (st->oom_kills > oom_seen_) cmd.oom_kills = st->oom_kills - oom_seen_;
+              if (st->pids_max_hits > pids_seen_) cmd.pids_max_hits = st->pids_max_hits - pids_seen_;
+              oom_seen_ = std::max(oom_seen_, st->oom_kills);
+              pids_seen_ = std::max(pids_seen_, st->pids_max_hits);
+            }
+            if (cmd.io.eof() || cmd.after_exit_ev == nullptr) FinishCommand(cmd);
+          });
+        }
         if (c.io.eof()) {
-          FinishCommand(c);
+          if (!c.checking) FinishCommand(c);
           return;
         }
         // Output still buffered in the pipes is read for a moment more (processes the command
@@ -447,7 +468,7 @@ void Session::Exec(const std::string& op_id, const JobSpec& command, bool as_roo
         c.after_exit_ev = evtimer_new(base_, [](evutil_socket_t, short, void* arg) {
           auto* cmd = static_cast<Command*>(arg);
           cmd->io.GiveUp();
-          cmd->session->FinishCommand(*cmd);
+          if (!cmd->checking) cmd->session->FinishCommand(*cmd);
         }, &c);
         struct timeval tv = Ms(kAfterExitMs);
         evtimer_add(c.after_exit_ev, &tv);
@@ -496,7 +517,13 @@ void Session::FinishCommand(Command& c) {
   r.stdout_dropped_bytes = out.dropped[0];
   r.stderr_dropped_bytes = out.dropped[1];
   if (c.exited) {
-    FillOutcome(AsExited(c.exit), c.kill, &r);
+    ExitedMsg x = AsExited(c.exit);
+    // Only a command that died of them is charged with them: other processes of the session
+    // may have hit a limit meanwhile (a kill by the OOM killer, or a fork refused).
+    bool signaled = x.have_status && WIFSIGNALED(x.wait_status) && WTERMSIG(x.wait_status) == SIGKILL;
+    x.oom_kills = signaled ? c.oom_kills : 0;
+    x.pids_max_hits = c.pids_max_hits;
+    FillOutcome(x, c.kill, &r);
   } else {
     r.outcome = Outcome::kError;
     r.error = JobError{ErrorCode::kSessionStopped, "the session stopped before the command ended"};

@@ -185,6 +185,8 @@ class Session {
   std::map<int64_t, ExitedFn> exits_;
   std::vector<std::function<void(std::optional<SessionStatsMsg>)>> stats_waiting_;
   std::vector<std::function<void(std::string, uint64_t)>> snapshot_waiting_;
+  // The cgroup's OOM kills and refused forks when a command last looked (limit_check below).
+  uint64_t oom_seen_ = 0, pids_seen_ = 0;
 
   std::map<std::string, std::unique_ptr<Command>> commands_;   // by op id
   std::map<std::string, std::unique_ptr<Process>> processes_;  // by "p<n>"

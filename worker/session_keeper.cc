@@ -197,7 +197,11 @@ class SessionKeeper {
 
   void SendStats() {
     SessionStatsMsg st;
-    if (auto cg = sb_.cgroup.Read(); cg.ok()) st.cpu_usage_us = cg->cpu_usage_us;
+    if (auto cg = sb_.cgroup.Read(); cg.ok()) {
+      st.cpu_usage_us = cg->cpu_usage_us;
+      st.oom_kills = cg->oom_kills;
+      st.pids_max_hits = cg->pids_max_hits;
+    }
     if (auto used = sb_.cgroup.MemoryInUse(); used.ok()) st.memory_bytes = *used;
     st.memory_limit_bytes = sb_.cgroup.memory_limit();
     if (auto procs = sb_.cgroup.ProcessCount(); procs.ok()) st.processes = *procs;

@@ -90,7 +90,9 @@ struct SessionEndedMsg {
 struct SessionStatsMsg {
   uint64_t memory_bytes = 0, memory_limit_bytes = 0, cpu_usage_us = 0, processes = 0;
   uint64_t disk_used_bytes = 0, disk_total_bytes = 0;
-  MSGPACK_DEFINE_MAP(memory_bytes, memory_limit_bytes, cpu_usage_us, processes, disk_used_bytes, disk_total_bytes)
+  uint64_t oom_kills = 0, pids_max_hits = 0;  // cumulative, this run of the session
+  MSGPACK_DEFINE_MAP(memory_bytes, memory_limit_bytes, cpu_usage_us, processes, disk_used_bytes, disk_total_bytes,
+                     oom_kills, pids_max_hits)
 };
 
 struct SnapshotDoneMsg {
