@@ -85,7 +85,7 @@ Sessions::Sessions(struct event_base* base, const DaemonConfig& config, const Ke
   limits_.default_disk_bytes = config_.session_disk_bytes;
   limits_.max_disk_bytes = std::max(config_.max_session_disk_bytes, config_.session_disk_bytes);
   limits_.min_disk_bytes = std::min<uint64_t>(64ull << 20, limits_.max_disk_bytes);
-  snapshots_ = std::make_unique<Snapshots>(base_, config_, keys_, cmd_);
+  snapshots_ = std::make_unique<Snapshots>(config_, keys_, cmd_);
   collect_ev_ = evtimer_new(base_, [](evutil_socket_t, short, void* arg) {
     auto* self = static_cast<Sessions*>(arg);
     auto dead = std::move(self->graveyard_);

@@ -61,8 +61,8 @@ struct Snapshots::Transfer {
   std::function<void(Result<SnapshotMeta>)> done;
 };
 
-Snapshots::Snapshots(struct event_base* base, const DaemonConfig& config, const Keys& keys, RedisAsync* cmd)
-    : base_(base), config_(config), keys_(keys), cmd_(cmd) {
+Snapshots::Snapshots(const DaemonConfig& config, const Keys& keys, RedisAsync* cmd)
+    : config_(config), keys_(keys), cmd_(cmd) {
   ::mkdir((config_.state_dir + "/snapshots").c_str(), 0700);
   // Staging directories of an earlier run are never finished snapshots.
   std::string root = config_.state_dir + "/snapshots";

@@ -17,7 +17,6 @@
 // Ownership: Sessions owns it. Loop thread only.
 #pragma once
 
-#include <event2/event.h>
 
 #include <cstdint>
 #include <functional>
@@ -43,7 +42,7 @@ class Snapshots {
  public:
   static constexpr uint64_t kChunkBytes = 1u << 20;
 
-  Snapshots(struct event_base* base, const DaemonConfig& config, const Keys& keys, RedisAsync* cmd);
+  Snapshots(const DaemonConfig& config, const Keys& keys, RedisAsync* cmd);
   ~Snapshots();
   Snapshots(const Snapshots&) = delete;
   Snapshots& operator=(const Snapshots&) = delete;
@@ -78,7 +77,6 @@ class Snapshots {
   void DownloadNext(std::shared_ptr<Transfer> t);
   void FinishEnsure(const std::string& name, Result<SnapshotMeta> r);
 
-  struct event_base* base_;
   const DaemonConfig& config_;
   const Keys& keys_;
   RedisAsync* cmd_;
