@@ -47,6 +47,19 @@ std::string DrainStatus(int fd) {
   return out;
 }
 
+std::string ReadReportToEof(int fd) {
+  std::string out;
+  char buf[512];
+  SetNonBlocking(fd, false).ok();
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
 void KillSandbox(const Sandbox& sb) {
   if (sb.pidfd) sys::PidfdSendSignal(sb.pidfd.get(), SIGKILL);
 }

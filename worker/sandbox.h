@@ -74,6 +74,10 @@ Result<Sandbox> FinishSandbox(Sandbox sb, const std::string& id_map);
 
 // Reads everything init wrote on its status pipe (call after init exited); empty if nothing.
 std::string DrainStatus(int fd);
+// Reads a report pipe to its end: REQUIRES every other write end is closed, so that EOF comes
+// when the one child holding it exec'd (close-on-exec) or exited. Blocks until then: a forked
+// child (sanitizer builds) may still be on its way, where a vforked one is already done.
+std::string ReadReportToEof(int fd);
 
 // Kills init (and so the whole sandbox) through its pidfd; harmless if already dead.
 void KillSandbox(const Sandbox& sb);

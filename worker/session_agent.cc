@@ -301,7 +301,7 @@ class Agent {
     }
     // The child has exec'd (its end of the report pipe closed with it) or failed and said why.
     report->write.reset();
-    std::string said = DrainStatus(report->read.get());
+    std::string said = ReadReportToEof(report->read.get());
     StubReport r = ParseStubReport(said);
     if (r.failed()) {
       started.error = r.error;
