@@ -14,7 +14,9 @@ than the lease. Then it proves:
 Live events are read by a pattern subscription of our own; they are at-most-once, so they can
 miss a second run but never invent one: every violation they show is real.
 
-    sudo /usr/bin/python3 bench/chaos.py                 # the full run (figures in RESULTS.md)
+    sudo /usr/bin/python3 bench/chaos.py --seed 2026 --markdown bench/RESULTS-chaos.md
+                                       # the full run (its figures: bench/RESULTS-chaos.md, and
+                                       # through bench/report.py in bench/RESULTS.md)
     sudo /usr/bin/python3 bench/chaos.py --jobs 300 --seconds 40   # about a minute
 
 Exit status 0 when every check holds; the figures are printed as JSON on the last line.
@@ -250,14 +252,49 @@ def run(jobs: int, seconds: float, seed: int, verbose: bool = True) -> dict:
     return figures
 
 
+def write_markdown(path: Path, f: dict, args: argparse.Namespace, started: float) -> None:
+    from runinfo import header
+
+    cmd = (f"sudo /usr/bin/python3 bench/chaos.py --jobs {args.jobs} --seconds {args.seconds:g} --seed {args.seed}"
+           f" --markdown {args.markdown}")
+    a = f["actions"]
+    lines = header("sandpool chaos: results", cmd, started) + [
+        f"Three daemons (`{' '.join(FLAGS)}`) on one redis-server (append-only file, `appendfsync always`); "
+        f"{f['jobs']} mixed jobs over {args.seconds:g} s: shell jobs of 0-1.5 s, python jobs, jobs with "
+        "`retries: 2`, jobs that time out; 8% cancelled at a random moment.", "",
+        "| what was done | count |", "|---|---|",
+        f"| daemons killed with SIGKILL (and restarted) | {a['daemon_kill']} |",
+        f"| Redis restarted after SIGTERM | {a['redis_restart_term']} |",
+        f"| Redis restarted after SIGKILL | {a['redis_restart_kill']} |",
+        f"| Redis paused (SIGSTOP) for 1.5-4 x the {LEASE_MS} ms lease | {a['redis_pause']} |",
+        f"| cancels sent | {a['cancels']} |", "",
+        "| check | figure |", "|---|---|",
+        f"| jobs with exactly one terminal result | {f['results']} of {f['jobs']} |",
+        f"| jobs without a result | {f['missing_results']} |",
+        f"| jobs without retries that ran twice | {f['ran_twice_without_retries']} |",
+        f"| `worker_lost` from a daemon that was never killed | {f['false_worker_lost']} |",
+        f"| processes, cgroups, mounts, loop devices left on the host | {f['host_leftovers']} |",
+        f"| violations (all checks) | {len(f['violations'])} |", "",
+        "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(f["outcomes"].items())) + ".",
+        "",
+    ]
+    if f["violations"]:
+        lines += ["Violations (first 50):", "", "```", *f["violations"], "```", ""]
+    path.write_text("\n".join(lines))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=3000)
     ap.add_argument("--seconds", type=float, default=300)
     ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--markdown", help="also write the figures as a results file here")
     args = ap.parse_args()
+    started = time.time()
     figures = run(args.jobs, args.seconds, args.seed)
     print(json.dumps(figures))
+    if args.markdown:
+        write_markdown(Path(args.markdown), figures, args, started)
     return 0 if not figures["violations"] else 1
 
 

@@ -473,6 +473,27 @@ def main():
         w("- daemon log (`--log-level warn`): empty (no warnings or errors)")
     w("")
 
+    # The figures of the other benchmark scripts, each from its own run (it states its command):
+    # fuzzing, chaos, soak, sessions. Their headings move down one level.
+    bench_dir = os.path.dirname(os.path.abspath(a.out))
+    companions = [("fuzz-results.md", "sudo bash bench/fuzz.sh"),
+                  ("RESULTS-chaos.md", "sudo /usr/bin/python3 bench/chaos.py ... --markdown bench/RESULTS-chaos.md"),
+                  ("RESULTS-soak.md", "sudo /usr/bin/python3 bench/soak.py ... --markdown bench/RESULTS-soak.md"),
+                  ("RESULTS-sessions.md", "sudo bash bench/sessions.sh")]
+    w("## Fuzzing, chaos, soak and sessions (separate runs)")
+    w("")
+    w("Copied from the files each script writes; each states its own command, date and commit.")
+    w("")
+    for name, cmd in companions:
+        text = read_text(os.path.join(bench_dir, name))
+        if not text:
+            w(f"- `bench/{name}`: not run yet (`{cmd}`).")
+            w("")
+            continue
+        for line in text.splitlines():
+            w("#" + line if line.startswith("#") else line)
+        w("")
+
     with open(a.out, "w", encoding="utf-8") as f:
         f.write("\n".join(L) + "\n")
 

@@ -276,6 +276,15 @@ else
   fi
 fi
 
+# ---- 6. sessions, side by side with the same peers (bench/RESULTS-sessions.md) ------------------
+if [[ -n $NODE_SKIP ]]; then
+  log "sessions: skipped ($NODE_SKIP)"
+else
+  log "sessions: @sandpool/mastra and the Python client vs Mastra LocalSandbox (bench/sessions.sh)"
+  BENCH_N=$NODE_N bash "$BENCH_DIR/sessions.sh" >> "$OUT/bench.log" 2>&1 \
+    || log "sessions: bench/sessions.sh failed (bench/out/bench.log)"
+fi
+
 # ---- report ------------------------------------------------------------------------------------
 sleep 0.2  # let the tee'd stderr drain
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)

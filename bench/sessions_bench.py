@@ -72,6 +72,10 @@ def main():
     mib = os.urandom(1 << 20)
     emit("write_file + read_file, 1 MiB", timed(min(n, 100), lambda: (s.write_file("/work/b", mib), s.read_file("/work/b"))))
     emit("write_file 100 bytes", timed(n, lambda: s.write_file("/work/small", b"x" * 100)))
+    # Resume with 100 MiB of files in the session (100 files of 1 MiB, in /work and /tmp).
+    for k in range(10):
+        s.write_files([{"path": f"/work/big/f{k}-{i}" if i % 2 else f"/tmp/big/f{k}-{i}", "data": os.urandom(1 << 20),
+                        "parents": True} for i in range(10)])
     stops, resumes = [], []
     for _ in range(min(n, 20)):
         t = time.perf_counter()
@@ -80,8 +84,10 @@ def main():
         t = time.perf_counter()
         s.start()
         resumes.append((time.perf_counter() - t) * 1000)
-    emit("stop (files kept)", stops)
-    emit("resume (create of a stopped session)", resumes)
+    emit("stop (files kept), holding 100 MiB", stops)
+    emit("resume (create of a stopped session), holding 100 MiB", resumes)
+    assert s.exec(shell="cat /work/big/* /tmp/big/* | wc -c").stdout.strip() == str(100 << 20).encode()
+    s.exec(shell="rm -rf /work/big /tmp/big")
     s.write_file("/work/data", os.urandom(8 << 20))
     t = time.perf_counter()
     s.snapshot("bench-snap")

@@ -8,7 +8,8 @@ it; its cgroups; the host's mounts and loop devices; processes in its sandbox ui
 used memory. Writes bench/out/soak.csv and bench/out/soak.svg (a plot, one panel per series),
 and prints the first and last samples and the verdict as JSON.
 
-    sudo /usr/bin/python3 bench/soak.py --jobs 1000000      # the full soak (hours on 2 cores)
+    sudo /usr/bin/python3 bench/soak.py --jobs 1000000 --svg bench/soak.svg --markdown bench/RESULTS-soak.md
+                                                            # the full soak (about an hour on 2 cores)
     sudo /usr/bin/python3 bench/soak.py --jobs 20000        # a quick look
 """
 
@@ -107,15 +108,49 @@ def svg(rows: List[dict], path: Path) -> None:
                     f'font-family="sans-serif">{"".join(panels)}</svg>\n')
 
 
+def write_markdown(path: Path, v: dict, rows: List[dict], args: argparse.Namespace, svg_path: Path,
+                   started: float) -> None:
+    from runinfo import header
+
+    cmd = f"sudo /usr/bin/python3 bench/soak.py --jobs {args.jobs}"
+    if args.svg:
+        cmd += f" --svg {args.svg}"
+    cmd += f" --markdown {args.markdown}"
+    rel = os.path.relpath(svg_path, path.parent)
+    lines = header("sandpool soak: results", cmd, started) + [
+        f"One daemon (`--workers 8 --max-workers 16`), {v['jobs']} one-shot `/bin/echo soak` jobs, {args.in_flight} "
+        "in flight, and beside them one session that keeps working (64 KiB file written and read, a background "
+        "process spawned and waited for, a command, and a stop and resume every 50 rounds). Sampled every "
+        f"{args.every:g} s. The plot: [{rel}]({rel}).", "",
+        f"- jobs: {v['jobs']}, wrong results: {v['failed_jobs']}; session operations: {v['session_ops']}, "
+        f"failed: {v['session_failures']}; {v['seconds']:.0f} s "
+        f"({v['jobs'] / max(1.0, v['seconds']):.0f} jobs/s)", "",
+        "| series | first sample | min | max | last sample | second half's max - first half's max |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in SERIES:
+        ys = [r[name] for r in rows]
+        lines.append(f"| {name} | {rows[0][name]} | {min(ys)} | {max(ys)} | {rows[-1][name]} | "
+                     f"{v['second_half_growth'][name]} |")
+    lines += ["", "RSS and Redis memory move with the allocator and with results that live for `--result-ttl` "
+              "(60 s here); the counts (fds, threads, zombies, cgroups, mounts, loop devices, sandbox "
+              "processes) must not grow at all.", ""]
+    path.write_text("\n".join(lines))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--in-flight", type=int, default=32)
     ap.add_argument("--every", type=float, default=5.0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "out"))
+    ap.add_argument("--svg", help="where the plot goes (default: <out>/soak.svg); rewritten every minute")
+    ap.add_argument("--markdown", help="also write the figures as a results file here")
     args = ap.parse_args()
+    started = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    svg_path = Path(args.svg) if args.svg else out / "soak.svg"
     server = RedisServer()
     d = Daemon(server.url, workers=8, extra=["--max-workers", "16", "--python-workers", "0", "--node-workers", "0",
                                              "--log-level", "warn", "--result-ttl", "60"])
@@ -183,12 +218,14 @@ def main() -> int:
                 w.writerow(row)
                 f.flush()
                 print(json.dumps(row), file=sys.stderr, flush=True)
+                if len(rows) % 12 == 0:
+                    svg(rows, svg_path)
             time.sleep(0.002)
     stop.set()
     sess.join(60)
     time.sleep(2)
     rows.append({"seconds": round(time.monotonic() - t0, 1), "jobs_done": done["jobs"], **sample(d, r)})
-    svg(rows, out / "soak.svg")
+    svg(rows, svg_path)
     d.stop()
     d.cleanup()
     server.stop()
@@ -206,6 +243,8 @@ def main() -> int:
         "first": rows[0] if rows else {}, "last": rows[-1] if rows else {}, "second_half_growth": growth,
     }
     print(json.dumps(verdict))
+    if args.markdown:
+        write_markdown(Path(args.markdown), verdict, rows, args, svg_path, started)
     return 0 if done["failed"] == 0 and done["session_failures"] == 0 else 1
 
 

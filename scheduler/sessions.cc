@@ -120,6 +120,7 @@ Status Sessions::Start() {
   for (const std::string& d : {config_.state_dir, config_.state_dir + "/sessions"}) {
     if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + d);
   }
+  if (Status s = snapshots_->Start(); !s.ok()) return s;
   LoadFromDisk();
   reader_ = std::make_unique<RedisAsync>(
       base_, config_.redis, "sessions",
@@ -771,7 +772,8 @@ void Sessions::TakeSnapshot(Entry& e, Op op) {
       ::mkdir(dir.c_str(), 0700);
       UniqueFd dest(::open(staging.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
       if (!dest) {
-        AnswerError(*shared, ErrorCode::kSessionBusy, "a snapshot of that name is being taken");
+        if (errno == EEXIST) AnswerError(*shared, ErrorCode::kSessionBusy, "a snapshot of that name is being taken");
+        else AnswerError(*shared, ErrorCode::kInternal, "snapshot: " + staging + ": " + std::strerror(errno));
         return;
       }
       held.session->Snapshot(std::move(dest), std::move(copied));

@@ -62,10 +62,12 @@ struct Snapshots::Transfer {
 };
 
 Snapshots::Snapshots(const DaemonConfig& config, const Keys& keys, RedisAsync* cmd)
-    : config_(config), keys_(keys), cmd_(cmd) {
-  ::mkdir((config_.state_dir + "/snapshots").c_str(), 0700);
-  // Staging directories of an earlier run are never finished snapshots.
+    : config_(config), keys_(keys), cmd_(cmd) {}
+
+Status Snapshots::Start() {
   std::string root = config_.state_dir + "/snapshots";
+  if (::mkdir(root.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + root);
+  // Staging directories of an earlier run are never finished snapshots.
   if (DIR* d = ::opendir(root.c_str())) {
     while (struct dirent* de = ::readdir(d)) {
       std::string n = de->d_name;
@@ -73,6 +75,7 @@ Snapshots::Snapshots(const DaemonConfig& config, const Keys& keys, RedisAsync* c
     }
     ::closedir(d);
   }
+  return Status::Ok();
 }
 
 Snapshots::~Snapshots() = default;

@@ -47,6 +47,10 @@ class Snapshots {
   Snapshots(const Snapshots&) = delete;
   Snapshots& operator=(const Snapshots&) = delete;
 
+  // Makes <state>/snapshots and removes what an earlier run left half-made there. REQUIRES the
+  // state directory exists (Sessions::Start makes it); before this, nothing else may be called.
+  Status Start();
+
   // Where a snapshot being taken is written (a new file; the directory is made by the spawner or
   // here), and where a finished one lives.
   std::string StagingImage(const std::string& name) const;

@@ -10,7 +10,7 @@ const WARMUP = intArg('warmup', 30);
 const TP_N = intArg('tp-n', 600);
 const K = intArg('inflight', 8);
 const PY_N = intArg('py-n', Math.max(20, Math.floor(N / 2)));
-const URL = strArg('redis', process.env.SANDPOOL_REDIS_URL);
+const REDIS_URL = strArg('redis', process.env.SANDPOOL_REDIS_URL);
 const system = 'sandpool-mastra';
 const variant = 'session';
 
@@ -51,7 +51,7 @@ async function measure(label, n, call, tp) {
 {
   const samples = [];
   for (let i = 0; i < Math.min(N, 60); i++) {
-    const sb = new SandpoolSandbox({ redisUrl: URL });
+    const sb = new SandpoolSandbox({ redisUrl: REDIS_URL });
     const t = now();
     await sb._start();
     samples.push(now() - t);
@@ -60,7 +60,7 @@ async function measure(label, n, call, tp) {
   emit({ system, variant, mode: 'latency', command: 'new SandpoolSandbox()._start()', samples });
 }
 
-const sb = new SandpoolSandbox({ redisUrl: URL });
+const sb = new SandpoolSandbox({ redisUrl: REDIS_URL });
 try {
   await sb._start();
   const exec = (cmd, args, expect) => async () => {

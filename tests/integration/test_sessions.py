@@ -2,8 +2,10 @@
 real session sandboxes and a real Redis. Each test says what a user of an agent sandbox relies on."""
 
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -411,6 +413,26 @@ def test_the_cli_drives_a_session(daemons, redis_server):
     assert cli("destroy", "cli-1").returncode == 0
     gone = cli("info", "cli-1")
     assert gone.returncode == 1 and b"session_not_found" in gone.stderr
+
+
+def test_snapshot_on_a_daemon_whose_state_dir_did_not_exist(daemons, client):
+    # The snapshots directory was once made before the state directory existed: every snapshot
+    # of such a daemon then failed (as "a snapshot of that name is being taken").
+    parent = tempfile.mkdtemp(prefix="sandpool-it-fresh-")
+    d = None
+    try:
+        d = daemons(workers=1, extra=SMALL + ["--state-dir", os.path.join(parent, "state")])
+        s = client.session("snap-fresh")
+        s.write_file("/work/x", "x")
+        assert s.snapshot("fresh-1")["name"] == "fresh-1"
+        assert client.session("from-fresh", template="fresh-1").read_file("/work/x") == b"x"
+        client.session("from-fresh").destroy()
+        s.destroy()
+        client.delete_snapshot("fresh-1")
+    finally:
+        if d:
+            d.stop()
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 def test_snapshots_are_templates_on_any_host(redis_server, daemons, client):
