@@ -45,7 +45,7 @@ from sandpool_harness import Daemon, RedisServer, job_map, submit, wait_for  # n
 LEASE_MS = 2000
 FLAGS = ["--heartbeat-ms", "250", "--lease-ms", str(LEASE_MS), "--grace-ms", "3000", "--workers", "3",
          "--max-workers", "6", "--python-workers", "1", "--python-max-workers", "2", "--node-workers", "0",
-         "--log-level", "warn"]
+         "--log-level", os.environ.get("CHAOS_LOG_LEVEL", "warn")]
 
 
 class EventLog:
@@ -105,6 +105,26 @@ def host_leftovers(daemons: List[Daemon]) -> List[str]:
     return out
 
 
+def where_is_entry(r: redis.Redis, entry: Optional[bytes]) -> List[str]:
+    """Which streams hold a job's entry, and who has it pending (for the report of a job that
+    ended without a result)."""
+    if not entry:
+        return []
+    out = []
+    for key in r.scan_iter(match="sandpool:*", count=1000):
+        if r.type(key) != b"stream":
+            continue
+        if r.xrange(key, entry, entry):
+            out.append(f"in {key.decode()}")
+        try:
+            for p in r.xpending_range(key, "workers", entry, entry, 1):
+                out.append(f"pending in {key.decode()} under {p['consumer'].decode()} idle {p['time_since_delivered']} ms "
+                           f"delivered {p['times_delivered']}x")
+        except redis.exceptions.ResponseError:
+            pass
+    return out or ["in no stream, pending nowhere"]
+
+
 def run(jobs: int, seconds: float, seed: int, verbose: bool = True) -> dict:
     rnd = random.Random(seed)
     log = (lambda *a: print("[chaos]", *a, file=sys.stderr, flush=True)) if verbose else (lambda *a: None)
@@ -112,6 +132,7 @@ def run(jobs: int, seconds: float, seed: int, verbose: bool = True) -> dict:
     daemons = [Daemon(server.url, extra=FLAGS, consumer=f"chaos-{i}-{secrets.token_hex(3)}") for i in range(3)]
     for d in daemons:
         d.start(wait_ready=server.client())
+        log("daemon", d.consumer, "logs to", d.log_path)
     events = EventLog(server)
     r = redis.Redis(unix_socket_path=server.sock, socket_timeout=30)
     specs: Dict[str, dict] = {}
@@ -212,7 +233,8 @@ def run(jobs: int, seconds: float, seed: int, verbose: bool = True) -> dict:
     violations: List[str] = []
     missing = [j for j in specs if j not in results]
     for j in missing:
-        violations.append(f"no result: {j} {specs[j]} hash={r.hgetall(f'sandpool:job:{j}')}")
+        violations.append(f"no result: {j} {specs[j]} hash={r.hgetall(f'sandpool:job:{j}')} "
+                          f"entry={where_is_entry(r, r.hget(f'sandpool:job:{j}', 'entry'))}")
     for j, exits in events.exited.items():
         if len(set(exits)) > 1:
             violations.append(f"two different terminal results: {j}")

@@ -112,12 +112,16 @@ def write_markdown(path: Path, v: dict, rows: List[dict], args: argparse.Namespa
                    started: float) -> None:
     from runinfo import header
 
-    cmd = f"sudo /usr/bin/python3 bench/soak.py --jobs {args.jobs}"
+    cmd = f"sudo /usr/bin/python3 bench/soak.py --jobs {args.requested_jobs}"
+    if args.max_seconds:
+        cmd += f" --max-seconds {args.max_seconds:g}"
     if args.svg:
         cmd += f" --svg {args.svg}"
     cmd += f" --markdown {args.markdown}"
     rel = os.path.relpath(svg_path, path.parent)
     lines = header("sandpool soak: results", cmd, started) + [
+        (f"**Stopped by `--max-seconds` after {v['jobs']} of the {args.requested_jobs} jobs asked for.** "
+         if v["jobs"] < args.requested_jobs else "") +
         f"One daemon (`--workers 8 --max-workers 16`), {v['jobs']} one-shot `/bin/echo soak` jobs, {args.in_flight} "
         "in flight, and beside them one session that keeps working (64 KiB file written and read, a background "
         "process spawned and waited for, a command, and a stop and resume every 50 rounds). Sampled every "
@@ -143,10 +147,14 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--in-flight", type=int, default=32)
     ap.add_argument("--every", type=float, default=5.0)
+    ap.add_argument("--max-seconds", type=float, default=0,
+                    help="stop submitting after this long even if --jobs are not all done (0: no limit); "
+                         "the figures then say how many ran")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out"))
     ap.add_argument("--svg", help="where the plot goes (default: <out>/soak.svg); rewritten every minute")
     ap.add_argument("--markdown", help="also write the figures as a results file here")
     args = ap.parse_args()
+    args.requested_jobs = args.jobs
     started = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -194,7 +202,9 @@ def main() -> int:
     with open(out / "soak.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["seconds", "jobs_done"] + SERIES)
         w.writeheader()
-        while done["jobs"] < args.jobs:
+        while done["jobs"] < args.jobs and (pending or submitted < args.jobs):
+            if args.max_seconds and time.monotonic() - t0 > args.max_seconds:
+                args.jobs = submitted  # the rest are not sent; what was sent is waited for
             while submitted < args.jobs and len(pending) < args.in_flight:
                 jid = f"soak-{submitted}-{secrets.token_hex(3)}"
                 r.xadd("sandpool:q:default", {"id": jid, "job": msgpack.packb(job_map(jid, argv=["/bin/echo", "soak"]))})

@@ -197,7 +197,7 @@ void Daemon::Dispatch(StreamEntry e) {
     bool coming = pools_->PoolSize(t) > pools_->ReadyCount(t) + pools_->BusyCount(t);
     if (first_wait && !coming && e.stream == stream_reader_->intake()) {
       LogDebug("forwarding job", {{"job", job.spec.id}, {"template", config_.templates[t].name}});
-      ledger_->Forward(e.stream, e.id, stream_reader_->forward(t));
+      ledger_->Forward(job.spec.id, e.stream, e.id, stream_reader_->forward(t));
       cmd_->Command({"PUBLISH", keys_.prefix() + ":fwd", config_.templates[t].name}, [](redisReply*) {});
       return;
     }

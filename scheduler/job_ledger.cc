@@ -134,9 +134,11 @@ void JobLedger::Ack(const std::string& stream, const std::string& entry) {
   cmd_->Command({"XDEL", stream, entry}, [](redisReply*) {});
 }
 
-void JobLedger::Forward(const std::string& stream, const std::string& entry, const std::string& to) {
+void JobLedger::Forward(const std::string& job_id, const std::string& stream, const std::string& entry,
+                        const std::string& to) {
   held_.erase(entry);
-  cmd_->Command({"EVAL", kForwardScript, "2", stream, to, entry, std::string(Keys::kGroup)}, [](redisReply*) {});
+  cmd_->Command({"EVAL", kForwardScript, "3", stream, to, keys_.Job(job_id), entry, std::string(Keys::kGroup)},
+                [](redisReply*) {});
 }
 
 void JobLedger::Publish(const std::string& job_id, std::string event) {

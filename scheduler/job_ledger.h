@@ -62,7 +62,7 @@ class JobLedger {
   // Acks and deletes an entry that needs no result (a duplicate, one that has a result).
   void Ack(const std::string& stream, const std::string& entry);
   // Moves an entry to its template's forward queue (FORWARD); the lease goes with it.
-  void Forward(const std::string& stream, const std::string& entry, const std::string& to);
+  void Forward(const std::string& job_id, const std::string& stream, const std::string& entry, const std::string& to);
   // At-most-once live event (PROTOCOL.md section 6).
   void Publish(const std::string& job_id, std::string event);
   // A cancel was heard for a job not running here: store its cancelled result if it is queued.

@@ -98,6 +98,7 @@ if e[1] then
     fields[#fields + 1] = string.match(ARGV[1], '^(%d+)')
   end
   id = redis.call('XADD', KEYS[2], '*', unpack(fields))
+  if redis.call('HGET', KEYS[3], 'entry') == ARGV[1] then redis.call('HSET', KEYS[3], 'entry', id) end
 end
 redis.call('XACK', KEYS[1], ARGV[2], ARGV[1])
 redis.call('XDEL', KEYS[1], ARGV[1])

@@ -34,10 +34,12 @@
 //   -> the entries this consumer no longer owns (another daemon took them over, or they are
 //      gone); the idle time of the others is reset (their lease renewed).
 //
-// FORWARD KEYS: from stream, to stream     ARGV: entry id, group
+// FORWARD KEYS: from stream, to stream, job hash     ARGV: entry id, group
 //   -> the new entry's id ("" if the entry was gone). Moves a stream entry to another stream
 //      (a template's forward queue), keeping its fields and the time it was first queued
-//      (field enqueued_ms), acking and deleting the original.
+//      (field enqueued_ms), acking and deleting the original. A job whose hash names the old
+//      entry (claimed before: a dead daemon's job a peer reclaimed) is pointed at the new one,
+//      so that CLAIM takes the moved entry for the same job, not for a duplicate to drop.
 //
 // CANCEL_FLAGS KEYS: job hashes            ARGV: none
 //   -> the 1-based indices of the hashes whose `cancel` is "1".

@@ -100,6 +100,30 @@ def test_another_daemon_recovers_a_dead_hosts_jobs(redis_server, daemons):
     assert_queue_drained(r)
 
 
+def test_a_dead_hosts_job_forwarded_by_a_busy_peer_still_ends(redis_server, daemons):
+    # Found by bench/chaos.py: a peer reclaimed a dead daemon's claimed entry with no slot of its
+    # template free (a ready python slot made it take one), so it moved the entry to the
+    # template's forward queue; the moved copy was then taken for a duplicate of the job (whose
+    # record still named the old entry) and dropped. No result, ever.
+    r = redis_server.client()
+    fast = ["--heartbeat-ms", "200", "--lease-ms", "1000", "--node-workers", "0"]
+    a = daemons(workers=1, extra=fast + ["--max-workers", "1", "--python-workers", "0"])
+    lost = submit(r, job_map(new_id("fwd-lost"), shell="sleep 60"))
+    wait_for(lambda: running(r, [lost]), 20, "the job to run on daemon a")
+    b = daemons(workers=1, extra=fast + ["--max-workers", "1", "--python-workers", "1", "--python-max-workers", "1"])
+    py = submit(r, job_map(new_id("fwd-py"), code="print(1)", runtime="python"))
+    assert wait_results(r, [py], timeout=30)[py]["outcome"] == "exit"
+    busy = submit(r, job_map(new_id("fwd-busy"), shell="sleep 4; echo done"))
+    wait_for(lambda: running(r, [busy]), 20, "daemon b's only shell slot to be busy")
+    a.kill9()
+    results = wait_results(r, [lost, busy], timeout=60)
+    assert results[busy]["outcome"] == "exit"
+    assert results[lost]["outcome"] == "worker_lost", results[lost]
+    assert_queue_drained(r)
+    for key in ("sandpool:fwd:default:default",):
+        assert r.xpending(key, "workers")["pending"] == 0
+
+
 def test_a_busy_daemon_takes_no_more_than_it_can_run(redis_server, daemons):
     r = redis_server.client()
     # One pool of exactly two slots: no other templates, no growth on demand.

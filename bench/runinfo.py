@@ -1,0 +1,47 @@
+"""What every results file states about its run: when, on what code and machine, under what load,
+and the command that reproduces it. Shared by chaos.py, soak.py and sessions.sh."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import List
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+def header(title: str, command: str, started: float) -> List[str]:
+    """Markdown lines: the title and the run's facts. `started` is time.time() at the start."""
+    commit = _git("rev-parse", "--short", "HEAD") or "?"
+    dirty = _git("status", "--porcelain")
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    return [
+        f"# {title}", "",
+        f"Written by `{command}` (as root, from the repository root; do not edit by hand, re-run it).", "",
+        f"- **Date (UTC):** {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started))} "
+        f"(run took {time.time() - started:.0f} s)",
+        f"- **Code:** commit {commit}{' (dirty tree: built from the working tree)' if dirty else ''}",
+        f"- **Machine:** {os.cpu_count()} CPUs, `{cpu_model()}`, kernel {platform.release()}; load average {load} "
+        "at the end. Shared and noisy: absolute times vary, counts do not.",
+        "",
+    ]
