@@ -263,7 +263,7 @@ def run(jobs: int, seconds: float, seed: int, verbose: bool = True) -> dict:
         left = host_leftovers(daemons)
     violations += [f"left on the host: {x}" for x in left]
     for d in daemons:
-        d.cleanup()
+        d.cleanup(keep_log=bool(violations))
     server.stop()
     figures = {
         "jobs": len(specs), "results": len(results), "seconds": round(time.monotonic() - t_start, 1),

@@ -15,8 +15,16 @@ def redis_server():
     server.stop()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the test, so fixtures know whether it failed."""
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
 @pytest.fixture
-def daemons(redis_server):
+def daemons(redis_server, request):
     """Factory: daemons(workers=..., extra=[...]) -> a started Daemon; all stopped at the end."""
     started = []
 
@@ -27,6 +35,9 @@ def daemons(redis_server):
         return d
 
     yield make
+    failed = getattr(getattr(request.node, "rep_call", None), "failed", True)
     for d in started:
         d.stop()
-        d.cleanup()
+        d.cleanup(keep_log=failed)
+        if failed:
+            print(f"daemon {d.consumer} logged to {d.log_path}")

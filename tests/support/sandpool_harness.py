@@ -162,10 +162,16 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait(10)
 
-    def cleanup(self) -> None:
-        """Removes the state directory this harness made (after stop())."""
+    def cleanup(self, keep_log: bool = False) -> None:
+        """Removes the state directory this harness made and the daemon's log (after stop()); a
+        failed test keeps the log to read (keep_log)."""
         if self.owns_state:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+        if not keep_log:
+            try:
+                os.unlink(self.log_path)
+            except FileNotFoundError:
+                pass
 
     def sandbox_processes(self) -> List[int]:
         """Host pids of every process running as one of this daemon's sandbox uids."""
