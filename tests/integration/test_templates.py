@@ -112,10 +112,10 @@ def test_a_broken_setup_stops_start_up_with_its_output(redis_server, tmp_path):
     d.start()
     try:
         assert d.proc.wait(120) != 0
+        log = d.log_tail(100000)
     finally:
         d.stop()
         d.cleanup()
-    log = d.log_tail(100000)
     assert "template 'broken'" in log and "about to fail" in log, log
 
 
@@ -159,7 +159,8 @@ def test_a_root_that_is_not_a_directory_is_a_clear_error(redis_server, tmp_path)
     d.start()
     try:
         assert d.proc.wait(60) != 0
+        log = d.log_tail(100000)
     finally:
         d.stop()
         d.cleanup()
-    assert "is not a directory" in d.log_tail(100000)
+    assert "is not a directory" in log
