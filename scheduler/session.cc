@@ -272,35 +272,28 @@ void Session::SendAgent(AgentMsg type, const std::string& payload) {
 }
 
 void Session::OnAgentFrame(Frame& f) {
+  // Runs (once) and forgets whoever waits under `key`; unknown keys are answers nobody awaits.
+  auto answer = [](auto& waiters, const auto& key, auto* arg) {
+    auto it = waiters.find(key);
+    if (it == waiters.end()) return;
+    auto fn = std::move(it->second);
+    waiters.erase(it);
+    fn(arg);
+  };
   switch (static_cast<AgentMsg>(f.type)) {
     case AgentMsg::kStarted: {
       AgentStartedMsg m;
-      if (!DecodeMsg(f.payload, &m).ok()) return;
-      auto it = waiting_.find(m.req);
-      if (it == waiting_.end()) return;
-      auto fn = std::move(it->second);
-      waiting_.erase(it);
-      fn(&f);
+      if (DecodeMsg(f.payload, &m).ok()) answer(waiting_, m.req, &f);
       return;
     }
     case AgentMsg::kReply: {
       AgentReplyMsg m;
-      if (!DecodeMsg(f.payload, &m).ok()) return;
-      auto it = waiting_.find(m.req);
-      if (it == waiting_.end()) return;
-      auto fn = std::move(it->second);
-      waiting_.erase(it);
-      fn(&f);
+      if (DecodeMsg(f.payload, &m).ok()) answer(waiting_, m.req, &f);
       return;
     }
     case AgentMsg::kExited: {
       AgentExitedMsg m;
-      if (!DecodeMsg(f.payload, &m).ok()) return;
-      auto it = exits_.find(m.pid);
-      if (it == exits_.end()) return;
-      auto fn = std::move(it->second);
-      exits_.erase(it);
-      fn(&m);
+      if (DecodeMsg(f.payload, &m).ok()) answer(exits_, m.pid, &m);
       return;
     }
     default:

@@ -674,24 +674,11 @@ const strictDecoder = new Decoder({
   mapKeyConverter: (key: unknown) => (typeof key === "string" ? key : ODD_KEY),
 });
 
+// The same fields as the job map spells them (PROTOCOL.md section 3), plus the two only the wire has.
 const WIRE_JOB_KEYS = new Set([
   "v",
-  "id",
-  "argv",
-  "shell",
-  "code",
-  "runtime",
-  "template",
-  "env",
-  "cwd",
-  "stdin",
-  "timeout_ms",
-  "max_output_bytes",
-  "retries",
-  "memory_bytes",
-  "pids",
-  "cpu_time_ms",
   "queue",
+  ...[...JOB_KEYS].map((k) => k.replace(/[A-Z]/g, (c) => "_" + c.toLowerCase())),
 ]);
 
 function utf8Length(s: string): number {
