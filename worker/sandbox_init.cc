@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -384,42 +385,46 @@ namespace {
 int SandboxProcessEntry(void* arg) {
   const auto* spec = static_cast<const SandboxProcessSpec*>(arg);
   // Out of the way first, so that moving one into place cannot overwrite another.
-  int moved[4];
-  for (int i = 0; i < 4; ++i) {
+  int n = spec->fds[4] >= 0 ? 5 : 4;
+  int moved[5];
+  for (int i = 0; i < n; ++i) {
     moved[i] = ::fcntl(spec->fds[i], F_DUPFD_CLOEXEC, 100);
     if (moved[i] < 0) ::_exit(126);
   }
-  for (int i = 0; i < 4; ++i) {
-    if (::dup3(moved[i], i, i == 3 ? O_CLOEXEC : 0) != i) ::_exit(126);
+  for (int i = 0; i < n; ++i) {
+    if (::dup3(moved[i], i, i >= 3 ? O_CLOEXEC : 0) != i) ::_exit(126);
   }
-  if (sys::CloseFrom(4) != 0) StubFail(errno, "fds", 126);
+  if (sys::CloseFrom(static_cast<unsigned>(n)) != 0) StubFail(errno, "fds", 126);
   StubPrologue(*spec->config, spec->seccomp, spec->as_root);
   if (spec->image != nullptr) {
     if (::chdir(spec->image->cwd) != 0) StubFail(errno, "cwd", 126);
     ExecJob(*spec->image);
   }
-  StubPlan plan{spec->config, spec->seccomp, -1, spec->interp_argv, spec->interp_envp, spec->interp_cwd, 1, "interpreter"};
+  StubPlan plan{spec->config, spec->seccomp, -1, spec->interp_argv, spec->interp_envp, spec->interp_cwd, n - 3,
+                "interpreter"};
   ExecInterpreter(plan);
 }
 
 }  // namespace
 
 pid_t SpawnSandboxProcess(const SandboxProcessSpec& spec) {
-#if SANDPOOL_ASAN
-  pid_t pid = ::fork();
-  if (pid == 0) SandboxProcessEntry(const_cast<SandboxProcessSpec*>(&spec));
-  return pid;
-#else
+  const int sibling = spec.as_sibling ? CLONE_PARENT : 0;
+  if (SANDPOOL_ASAN) {
+    // fork(), or its CLONE_PARENT form (glibc's fork has none; this process has no threads).
+    pid_t pid = sibling ? static_cast<pid_t>(::syscall(SYS_clone, sibling | SIGCHLD, nullptr, nullptr, nullptr, 0))
+                        : ::fork();
+    if (pid == 0) SandboxProcessEntry(const_cast<SandboxProcessSpec*>(&spec));
+    return pid;
+  }
   constexpr size_t kStack = 256 << 10;
   void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   if (stack == MAP_FAILED) return -1;
-  pid_t pid = ::clone(SandboxProcessEntry, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                      const_cast<SandboxProcessSpec*>(&spec));
+  pid_t pid = ::clone(SandboxProcessEntry, static_cast<char*>(stack) + kStack,
+                      CLONE_VM | CLONE_VFORK | sibling | SIGCHLD, const_cast<SandboxProcessSpec*>(&spec));
   int err = errno;
   ::munmap(stack, kStack);
   errno = err;
   return pid;
-#endif
 }
 
 void SessionInitMain(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh) {

@@ -36,15 +36,21 @@ struct SeccompProgram;
 // capabilities unless `as_root`, rlimits, the seccomp filter) and execs. fds[0..3] become its
 // 0..3; fd 3 is where a failure is reported ("E<errno> <stage>") and stays open across the exec
 // only for an interpreter (`interp_argv`, which speaks on it: a warm shell), not for `image`.
+// fds[4], if given (an interpreter only), becomes its fd 4 and stays open too (a warm shell's
+// script, zygote.h).
 struct SandboxProcessSpec {
   const SandboxConfig* config = nullptr;
   const SeccompProgram* seccomp = nullptr;
-  int fds[4] = {-1, -1, -1, -1};
+  int fds[5] = {-1, -1, -1, -1, -1};
   bool as_root = false;
   const struct ExecImage* image = nullptr;  // exec this (cwd, argv, env, PATH candidates); or
   char* const* interp_argv = nullptr;       // exec this interpreter
   char* const* interp_envp = nullptr;
   const char* interp_cwd = "/work";
+  // The child is the caller's sibling (CLONE_PARENT): its parent, which reaps it, is the
+  // caller's. For a helper that spawns on its parent's behalf (the session agent's shell
+  // factory). Not for init, which the kernel refuses it.
+  bool as_sibling = false;
 };
 // The child's pid, or -1 with errno.
 pid_t SpawnSandboxProcess(const SandboxProcessSpec& spec);

@@ -3,26 +3,31 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/job_env.h"
 #include "common/runtimes.h"
+#include "common/syscalls.h"
 #include "worker/channel.h"
 #include "worker/sandbox.h"
 #include "worker/sandbox_init.h"
 #include "worker/session_files.h"
+#include "worker/seccomp/seccomp_policy.h"
 #include "worker/session_messages.h"
 #include "worker/stub_protocol.h"
 #include "worker/zygote.h"
@@ -32,14 +37,28 @@ namespace {
 
 constexpr int kSock = 5;
 // Shells started ahead of time for the session's user: a shell line runs in one at once (no
-// exec on the way), and another is started behind it.
+// exec on the way), and another is started behind it. Two while the session is idle; one more
+// for each command running, up to eight, so that commands sent together (an agent's tools run
+// in parallel) do not each pay an exec. An idle shell costs the session ~0.3 MiB.
 constexpr size_t kWarmShells = 2;
+constexpr size_t kMaxWarmShells = 8;
 
-// A warm shell: `sh` with the session's environment, confined as uid 1000, blocked reading its
-// script on `ctl` (its fd 3; zygote.h's conversation).
+// Starting a shell blocks the process that starts it until the shell's exec (a vfork: ~0.5 ms
+// here, the confinement and the exec's first half). In the agent's loop that was the time the
+// end of the command just handed over, or the next one, waited. So a helper, the factory (a
+// fork of the agent made once, before any session code exists), starts them: as the agent's
+// children (CLONE_PARENT), so the agent reaps, signals and accounts them as before. The agent
+// sends it a shell's five fds; it answers the pid, or -errno. If it is gone (session code
+// running as root may kill it), the agent starts shells itself.
+struct FactoryReply {
+  int32_t pid;  // > 0, or -errno
+};
+
+// A warm shell: `sh` with the session's environment, confined as uid 1000, waiting for the go on
+// `ctl` (its fd 3) to source its script from `script` (its fd 4; zygote.h's SessionShellCommand).
 struct WarmShell {
   pid_t pid = -1;
-  UniqueFd ctl, stdin_w, stdout_r, stderr_r;
+  UniqueFd ctl, script, stdin_w, stdout_r, stderr_r;
   bool ready = false;  // said 'R'
 };
 
@@ -52,7 +71,7 @@ struct Proc {
 class Agent {
  public:
   Agent(const SandboxConfig& config, const SeccompProgram* seccomp) : config_(config), seccomp_(seccomp) {
-    shell_argv_ = ZygoteCommand(*FindRuntime("sh"));
+    shell_argv_ = SessionShellCommand();
     shell_env_ = config_.base_env;
     for (std::string& a : shell_argv_) shell_argv_ptrs_.push_back(a.data());
     shell_argv_ptrs_.push_back(nullptr);
@@ -68,10 +87,11 @@ class Agent {
     ::sigprocmask(SIG_BLOCK, &chld, nullptr);
     sigfd_.reset(::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK));
     if (!sigfd_) ::_exit(3);
+    StartFactory();
     if (::write(kSock, &kStubReady, 1) != 1) ::_exit(3);
     RefillShells();
     for (;;) {
-      std::vector<struct pollfd> p = {{kSock, POLLIN, 0}, {sigfd_.get(), POLLIN, 0}};
+      std::vector<struct pollfd> p = {{kSock, POLLIN, 0}, {sigfd_.get(), POLLIN, 0}, {factory_.fd(), POLLIN, 0}};
       // By pid, not by index: Reap and ShellSpoke remove entries while these are handled (a
       // session's `kill -9 -1` ends several warm shells at once).
       std::vector<pid_t> shell_of, proc_of;
@@ -89,11 +109,12 @@ class Agent {
       }
       if (::poll(p.data(), p.size(), -1) < 0 && errno != EINTR) ::_exit(3);
       if (p[1].revents) Reap();
+      if (p[2].revents) FactorySpoke();
       for (size_t k = 0; k < shell_of.size(); ++k) {
-        if (p[2 + k].revents) ShellSpoke(shell_of[k]);
+        if (p[3 + k].revents) ShellSpoke(shell_of[k]);
       }
       for (size_t k = 0; k < proc_of.size(); ++k) {
-        if (p[2 + shell_of.size() + k].revents) ProcSpoke(proc_of[k]);
+        if (p[3 + shell_of.size() + k].revents) ProcSpoke(proc_of[k]);
       }
       if (p[0].revents) {
         std::vector<Frame> frames;
@@ -101,6 +122,7 @@ class Agent {
         for (Frame& f : frames) OnFrame(f);
         if (!s.ok()) ::_exit(0);  // the scheduler let go of this session
       }
+      RunQueued();
       RefillShells();
     }
   }
@@ -168,35 +190,125 @@ class Agent {
     return s;
   }
 
-  void StartShell() {
-    auto io = MakeStdio(true);
-    auto sock = MakeSocketPair(SOCK_STREAM);
-    if (!io.ok() || !sock.ok()) return;
+  SandboxProcessSpec ShellSpec(const int (&fds)[5]) const {
     SandboxProcessSpec spec;
     spec.config = &config_;
     spec.seccomp = seccomp_;
-    spec.fds[0] = io->in_r.get();
-    spec.fds[1] = io->out_w.get();
-    spec.fds[2] = io->err_w.get();
-    spec.fds[3] = sock->b.get();
+    for (int i = 0; i < 5; ++i) spec.fds[i] = fds[i];
     spec.interp_argv = shell_argv_ptrs_.data();
     spec.interp_envp = shell_env_ptrs_.data();
     spec.interp_cwd = "/work";
-    pid_t pid = SpawnSandboxProcess(spec);
+    return spec;
+  }
+
+  // Forks the factory (see FactoryReply). Without it, shells are started in this loop.
+  void StartFactory() {
+    auto sock = MakeSocketPair(SOCK_STREAM);
+    if (!sock.ok()) return;
+    pid_t pid = ::fork();
     if (pid < 0) return;
-    WarmShell w;
+    if (pid == 0) {
+      // Nothing of the agent's but its socket to the agent: the scheduler's socket (fd 5) must
+      // close when the agent ends, not when this does.
+      int keep = ::fcntl(sock->b.get(), F_DUPFD_CLOEXEC, 100);
+      if (keep < 0 || ::dup3(keep, 3, O_CLOEXEC) != 3 || sys::CloseFrom(4) != 0) ::_exit(0);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      FactoryMain(Channel(UniqueFd(3)));
+    }
+    factory_pid_ = pid;
+    factory_ = Channel(std::move(sock->a));
+  }
+
+  [[noreturn]] void FactoryMain(Channel ch) {
+    // The job filter, once, on itself: every shell it starts inherits it instead of compiling
+    // its own (measured: with 8 commands in flight, 5% of all the machine's CPU went to those
+    // compilations). The filter allows what a start needs (a clone without new namespaces,
+    // dropping privileges).
+    bool filtered = seccomp_ != nullptr && LoadSeccompProgram(*seccomp_) == 0;
+    for (;;) {
+      auto f = ch.Receive();
+      if (!f.ok()) ::_exit(0);  // the agent is gone
+      FactoryReply r{-EINVAL};
+      if (f->fds.size() == 5) {
+        int fds[5];
+        for (int i = 0; i < 5; ++i) fds[i] = f->fds[i].get();
+        SandboxProcessSpec spec = ShellSpec(fds);
+        spec.as_sibling = true;
+        if (filtered) spec.seccomp = nullptr;  // inherited
+        pid_t pid = SpawnSandboxProcess(spec);
+        r.pid = pid > 0 ? pid : -errno;
+      }
+      f->fds.clear();  // closed before the answer: the agent's ends see EOF if the shell dies
+      if (!ch.Send(0, std::string_view(reinterpret_cast<const char*>(&r), sizeof r)).ok()) ::_exit(0);
+    }
+  }
+
+  void FactoryGone() {
+    factory_.Close();
+    // Shells it may or may not have started: without a pid they cannot be used. Dropping their
+    // ends makes any that exists read EOF, source an empty script and exit (reaped quietly).
+    pending_.clear();
+    while (!queued_.empty()) ShellFailed();
+  }
+
+  void FactorySpoke() {
+    std::vector<Frame> frames;
+    Status s = factory_.OnReadable(&frames);
+    for (Frame& f : frames) {
+      if (pending_.empty()) break;
+      WarmShell w = std::move(pending_.front());
+      pending_.pop_front();
+      FactoryReply r{-EIO};
+      if (f.payload.size() == sizeof r) std::memcpy(&r, f.payload.data(), sizeof r);
+      if (r.pid <= 0 || early_exits_.erase(r.pid) != 0) {  // not started, or already dead
+        ShellFailed();
+        continue;
+      }
+      AddShell(r.pid, std::move(w));
+    }
+    if (!s.ok()) FactoryGone();
+    if (pending_.empty()) early_exits_.clear();
+  }
+
+  void AddShell(pid_t pid, WarmShell w) {
     w.pid = pid;
-    w.ctl = std::move(sock->a);
-    w.stdin_w = std::move(io->in_w);
-    w.stdout_r = std::move(io->out_r);
-    w.stderr_r = std::move(io->err_r);
     procs_[pid] = Proc{};  // reaped like any process of the session (not reported until used)
     warm_.push_back(std::move(w));
   }
 
+  void StartShell() {
+    auto io = MakeStdio(true);
+    auto sock = MakeSocketPair(SOCK_STREAM);
+    UniqueFd script(::memfd_create("sandpool-shell-script", MFD_CLOEXEC));
+    if (!io.ok() || !sock.ok() || !script) return;
+    int fds[5] = {io->in_r.get(), io->out_w.get(), io->err_w.get(), sock->b.get(), script.get()};
+    WarmShell w;
+    w.ctl = std::move(sock->a);
+    w.script = std::move(script);
+    w.stdin_w = std::move(io->in_w);
+    w.stdout_r = std::move(io->out_r);
+    w.stderr_r = std::move(io->err_r);
+    if (factory_.valid()) {
+      std::vector<int> v(fds, fds + 5);
+      if (factory_.Send(0, "S", v).ok()) {
+        pending_.push_back(std::move(w));
+        return;
+      }
+      FactoryGone();
+    }
+    pid_t pid = SpawnSandboxProcess(ShellSpec(fds));
+    if (pid < 0) return;
+    AddShell(pid, std::move(w));
+  }
+
   void RefillShells() {
+    size_t running = 0;
+    for (const auto& [pid, proc] : procs_) running += proc.started_us != 0;
+    size_t want = std::min(kMaxWarmShells, kWarmShells + running + queued_.size());
     size_t tries = 0;
-    while (warm_.size() < kWarmShells && tries++ < kWarmShells) StartShell();
+    while (warm_.size() + pending_.size() < want && tries++ < kMaxWarmShells) StartShell();
   }
 
   void ShellSpoke(pid_t pid) {
@@ -212,6 +324,7 @@ class Agent {
     // It died or could not start: forget it (its exit is reaped, not reported).
     ::kill(warm_[i].pid, SIGKILL);
     warm_.erase(warm_.begin() + static_cast<long>(i));
+    ShellFailed();
   }
 
   void ProcSpoke(pid_t pid) {
@@ -231,34 +344,72 @@ class Agent {
     return ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == 0;
   }
 
+  // A shell line for the session's user runs in a warm shell.
+  static bool ForWarmShell(const AgentExecMsg& m) { return !m.shell.empty() && !m.as_root && m.stdin_pipe; }
+
   // Starts the process of an Exec; answers Started (with the host ends of its stdio) or the reason.
+  // A shell line waits for a warm shell when none is ready and the factory is starting them (a
+  // start here would block this loop for the time the factory takes anyway).
   void Exec(const AgentExecMsg& m) {
-    AgentStartedMsg started;
-    started.req = m.req;
-    // A shell line for the session's user goes to a warm shell.
-    if (!m.shell.empty() && !m.as_root && m.stdin_pipe) {
-      for (size_t i = 0; i < warm_.size(); ++i) {
-        if (!warm_[i].ready || !Alive(warm_[i].pid)) continue;  // a dead one is reaped and replaced
-        WarmShell w = std::move(warm_[i]);
-        warm_.erase(warm_.begin() + static_cast<long>(i));
-        RunMsg run;
-        run.kind = "shell";
-        run.code = m.shell;
-        run.env = m.env;
-        run.cwd = m.cwd;
-        std::string script = ZygotePayload(*FindRuntime("sh"), run);
-        if (!WriteAll(w.ctl.get(), script.data(), script.size()).ok() || ::shutdown(w.ctl.get(), SHUT_WR) != 0) {
-          ::kill(w.pid, SIGKILL);
-          continue;
-        }
-        Proc& p = procs_[w.pid];
-        p.started_us = MonotonicUs();
-        p.ctl = std::move(w.ctl);
-        started.pid = w.pid;
-        Send(AgentMsg::kStarted, EncodeMsg(started), {w.stdin_w.get(), w.stdout_r.get(), w.stderr_r.get()});
+    if (ForWarmShell(m)) {
+      if (RunInWarmShell(m)) return;
+      if (factory_.valid()) {
+        queued_.push_back(m);
         return;
       }
     }
+    ExecHere(m);
+  }
+
+  // Gives `m` to a ready warm shell, if there is one.
+  bool RunInWarmShell(const AgentExecMsg& m) {
+    for (size_t i = 0; i < warm_.size();) {
+      if (!warm_[i].ready || !Alive(warm_[i].pid)) {  // a dead one is reaped and replaced
+        ++i;
+        continue;
+      }
+      WarmShell w = std::move(warm_[i]);
+      warm_.erase(warm_.begin() + static_cast<long>(i));
+      RunMsg run;
+      run.kind = "shell";
+      run.code = m.shell;
+      run.env = m.env;
+      run.cwd = m.cwd;
+      // fd 4 is closed first: the shell has the script open by then, and the line must not
+      // inherit it.
+      std::string script = "exec 4<&-\n" + ZygotePayload(*FindRuntime("sh"), run);
+      if (!WriteAll(w.script.get(), script.data(), script.size()).ok() || ::shutdown(w.ctl.get(), SHUT_WR) != 0) {
+        ::kill(w.pid, SIGKILL);
+        continue;
+      }
+      Proc& p = procs_[w.pid];
+      p.started_us = MonotonicUs();
+      p.ctl = std::move(w.ctl);
+      AgentStartedMsg started;
+      started.req = m.req;
+      started.pid = w.pid;
+      Send(AgentMsg::kStarted, EncodeMsg(started), {w.stdin_w.get(), w.stdout_r.get(), w.stderr_r.get()});
+      return true;
+    }
+    return false;
+  }
+
+  void RunQueued() {
+    while (!queued_.empty() && RunInWarmShell(queued_.front())) queued_.pop_front();
+  }
+
+  // A shell that was to come did not (the factory failed, or it died before it was ready): the
+  // oldest waiting line is started here, so that none waits on shells that never come.
+  void ShellFailed() {
+    if (queued_.empty()) return;
+    AgentExecMsg m = std::move(queued_.front());
+    queued_.pop_front();
+    ExecHere(m);
+  }
+
+  void ExecHere(const AgentExecMsg& m) {
+    AgentStartedMsg started;
+    started.req = m.req;
     auto io = MakeStdio(m.stdin_pipe);
     auto report = MakePipe();
     if (!io.ok() || !report.ok()) {
@@ -334,8 +485,18 @@ class Agent {
       struct rusage ru = {};
       pid_t pid = ::wait4(-1, &status, WNOHANG | __WALL, &ru);
       if (pid <= 0) return;
+      if (pid == factory_pid_) {
+        factory_pid_ = -1;
+        FactoryGone();
+        continue;
+      }
       auto it = procs_.find(pid);
-      if (it == procs_.end()) continue;  // an orphan the session left: reaped, nothing to say
+      if (it == procs_.end()) {
+        // An orphan the session left: reaped, nothing to say. Or a shell the factory started
+        // whose pid it has not told yet.
+        if (!pending_.empty()) early_exits_.insert(pid);
+        continue;
+      }
       // A warm shell that died before it was used is just replaced.
       bool idle = false;
       for (size_t i = 0; i < warm_.size(); ++i) {
@@ -371,6 +532,11 @@ class Agent {
   UniqueFd sigfd_;
   std::map<pid_t, Proc> procs_;
   std::deque<WarmShell> warm_;
+  Channel factory_;
+  pid_t factory_pid_ = -1;
+  std::deque<WarmShell> pending_;  // sent to the factory, its pid not yet answered (in order)
+  std::set<pid_t> early_exits_;    // reaped while their pid may be among those answers
+  std::deque<AgentExecMsg> queued_;  // shell lines waiting for a warm shell to be ready
   std::vector<std::string> shell_argv_, shell_env_;
   std::vector<char*> shell_argv_ptrs_, shell_env_ptrs_;
 };

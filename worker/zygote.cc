@@ -14,6 +14,13 @@ constexpr const char* kShellZygote =
     "unset __sp_l\n"
     "eval \"$__sp_s\"\n";
 
+// A session's warm shell (zygote.h): ready, the go (EOF on fd 3), then the script from fd 4.
+constexpr const char* kSessionShell =
+    "printf R >&3\n"
+    "read -r __sp_l <&3\n"
+    "unset __sp_l\n"
+    ". /proc/self/fd/4\n";
+
 // Python: the modules most snippets import are loaded, then the heap is frozen so the job's
 // first collections do not walk them.
 // Started as `python3 -c SCRIPT` it is a zygote as above; as `python3 -c SCRIPT mother`, the
@@ -214,6 +221,10 @@ std::vector<std::string> ZygoteCommand(const RuntimeInfo& r) {
   if (r.name == "bash") return {r.interpreter, "--norc", "--noprofile", "-c", kShellZygote, "bash"};
   if (r.name == "python") return {r.interpreter, "-c", kPythonZygote};
   return {r.interpreter, "-e", kNodeZygote};
+}
+
+std::vector<std::string> SessionShellCommand() {
+  return {FindRuntime("sh")->interpreter, "-c", kSessionShell, "sh"};
 }
 
 std::string ShellQuote(const std::string& s) {

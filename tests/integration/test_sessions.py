@@ -75,6 +75,41 @@ def test_files_and_processes_live_between_calls_and_files_survive_stop(daemons, 
     s.destroy()  # idempotent
 
 
+def test_shell_lines_get_a_clean_process_even_when_the_shell_factory_is_killed(daemons, client):
+    # A shell line runs in a warm shell that took its script from a memfd and was started by the
+    # agent's factory (worker/session_agent.cc). The line sees only its stdio, under any load;
+    # and if session code running as root kills the factory, the agent starts shells itself.
+    daemons(workers=1, extra=SMALL)
+    s = client.session("factory-1")
+    fds = "ls /proc/self/fd | sort -n | tr '\\n' ' '"  # ls's own directory fd is 3
+
+    def check(tag):
+        results = [None] * 6
+
+        def run(i):
+            results[i] = s.exec(shell=f"echo $N; {fds}", env={"N": f"{tag}{i}"})
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, r in enumerate(results):
+            assert r.ok and r.stdout == f"{tag}{i}\n0 1 2 3 ".encode(), r
+    check("a")
+    # The agent is pid 1; its factory is the other long-lived process of the daemon's binary
+    # (a shell being started may show that name too, until its exec), root of the sandbox,
+    # which is what a shell line with as_root may kill.
+    killed = s.exec(shell="read a < /proc/1/comm; for p in /proc/[0-9]*; do n=${p#/proc/}; [ $n = 1 ] && continue; "
+                          "read c < $p/comm 2>/dev/null && [ \"$c\" = \"$a\" ] && kill -9 $n && echo $n; done; true",
+                    as_root=True)
+    assert killed.ok and killed.stdout and all(p.isdigit() for p in killed.stdout.split()), killed
+    time.sleep(0.2)
+    check("b")
+    assert s.exec(shell="echo $((1 + 1))").stdout == b"2\n"
+    s.destroy()
+
+
 def test_background_processes_serve_later_commands_and_stream(daemons, client):
     daemons(workers=1, extra=SMALL)
     s = client.session("bg-1")
