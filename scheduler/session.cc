@@ -399,6 +399,7 @@ void Session::Exec(const std::string& op_id, const JobSpec& command, bool as_roo
           return;
         }
         c.pid = s->pid;
+        if (c.kill != KillReason::kNone) Signal(c.pid, SIGKILL, nullptr);  // cancelled before it started
         Publish(OpChannel(op_id), EncodeStartedEvent(c.seq++, worker_, c.attempt));
         ProcessIo::Hooks io;
         io.on_output = [this, &c](std::string_view stream, std::string_view data) {
@@ -469,9 +470,11 @@ void Session::Exec(const std::string& op_id, const JobSpec& command, bool as_roo
 }
 
 void Session::KillCommand(Command& c, KillReason why) {
-  if (c.kill != KillReason::kNone || c.exited || c.pid == 0) return;
+  if (c.kill != KillReason::kNone || c.exited) return;
   c.kill = why;
-  Signal(c.pid, SIGKILL, nullptr);
+  // Not started yet (the agent may hold a shell line until a warm shell is ready): it is killed
+  // as soon as it has a pid.
+  if (c.pid != 0) Signal(c.pid, SIGKILL, nullptr);
 }
 
 bool Session::Cancel(const std::string& op_id) {
