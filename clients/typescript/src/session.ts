@@ -354,10 +354,12 @@ export class Session {
     const session = opts.session ?? this.id;
     const opId = newOpId();
     const payload = encodeRequest(opId, op, session, fields);
-    const stream = opts.stream ?? (await this.route(op));
+    // As in streamOp: the route is looked up while the channel is being subscribed.
+    const route = opts.stream !== undefined ? Promise.resolve(opts.stream) : this.route(op);
+    route.catch(() => undefined);
     const r = await this.backend.awaitResult<OpResult | Result>(
       opId,
-      () => this.xadd(stream, opId, payload),
+      async () => this.xadd(await route, opId, payload),
       (data) => decodeOpEvent(data),
       (raw) => decodeStoredResult(raw),
       { waitTimeoutMs: opts.waitTimeoutMs ?? this.backend.opTimeoutMs, signal: opts.signal },
@@ -525,10 +527,14 @@ export class Session {
     this.backend.checkOpen();
     const opId = newOpId();
     const payload = encodeRequest(opId, op, this.id, fields);
+    // The route is looked up while the op's channel is being subscribed (two connections, so two
+    // round trips at once instead of one after the other).
+    const route = this.route(op);
+    route.catch(() => undefined);  // awaited by the submit below, or dropped with the stream
     return this.backend.events(
       opId,
       async () => {
-        const stream = await this.route(op);
+        const stream = await route;
         await this.xadd(stream, opId, payload);
       },
       { signal: options.signal, waitTimeoutMs: options.waitTimeoutMs },
