@@ -203,6 +203,11 @@ export class Client {
   readonly retryWindowMs: number;
   readonly opTimeoutMs: number;
   private readonly conns: Connections;
+  /**
+   * The first 12 hex digits of every id this client makes (jobs without an id of their own,
+   * session operations): their events come through one pattern subscription (connection.ts).
+   */
+  private readonly idTag = randomBytes(6).toString("hex");
   private hub: ProcessHub | null = null;
   private backendCache: SessionBackend | null = null;
   private readonly followers = new Set<Pollable>();
@@ -224,11 +229,17 @@ export class Client {
       retryWindowMs: this.retryWindowMs,
       redisOptions: opts.redisOptions,
       connectionName: opts.connectionName ?? "sandpool-ts",
+      ownChannelPrefix: this.keys.out(this.idTag),
     });
   }
 
   toString(): string {
     return `Client(${this.address.redacted()}, prefix=${this.prefix}, queue=${this.queue})`;
+  }
+
+  /** A new id of this client's: its tag and 96 random bits, 36 lowercase hex digits. */
+  private newId(): string {
+    return this.idTag + randomBytes(12).toString("hex");
   }
 
   // -- lifecycle ---------------------------------------------------------------------------
@@ -299,7 +310,7 @@ export class Client {
     if (job === null || typeof job !== "object") {
       throw new InvalidArgumentError(`a job must be an object, not ${job === null ? "null" : typeof job}`);
     }
-    const id = job.id ?? newJobId();
+    const id = job.id ?? this.newId();
     return [id, encodeJob(buildJobMap({ ...job, id }))];
   }
 
@@ -573,6 +584,7 @@ export class Client {
       opTimeoutMs: this.opTimeoutMs,
       processes: hub,
       checkOpen: () => this.checkOpen(),
+      newId: () => this.newId(),
       events: (id, submit, options): OperationEventStream => new JobEventStream(id, this.follow(id, submit, options)),
       awaitResult: (id, submit, decodeEvent, decodeStored, options) =>
         this.awaitResult(id, submit, decodeEvent, decodeStored, options),

@@ -45,6 +45,16 @@ export interface ConnectionOptions {
   redisOptions?: ExtraRedisOptions | undefined;
   /** Name shown by CLIENT LIST, suffixed `:cmd` / `:sub`. */
   connectionName?: string | undefined;
+  /**
+   * The channel prefix of the ids this client makes (`<prefix>:out:<tag>`): their channels are
+   * received through one pattern subscription, not one SUBSCRIBE each (see {@link Subscriber}).
+   */
+  ownChannelPrefix?: string | undefined;
+}
+
+/** `s` as a literal in a Redis glob pattern. */
+export function globEscape(s: string): string {
+  return s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
 }
 
 /** ioredis options without `replyMapping` (this package relies on its default, legacy shapes). */
@@ -154,7 +164,7 @@ export class Connections {
   /** The subscriber connection (made on first use). */
   get subscriber(): Subscriber {
     if (this.closed) throw new ClientClosedError();
-    this.sub ??= new Subscriber(this.make("sub"), this);
+    this.sub ??= new Subscriber(this.make("sub"), this, this.options.ownChannelPrefix ?? null);
     return this.sub;
   }
 
@@ -233,6 +243,12 @@ export class Connections {
 /**
  * The one subscriber connection of a client: channels are subscribed while at least one
  * listener wants them, and every message is dispatched to the listeners of its channel.
+ *
+ * The channels of ids this client made (`ownPrefix`, a random tag per client) come through one
+ * pattern, subscribed once: an operation or job then costs no SUBSCRIBE round trip before it is
+ * sent, and no UNSUBSCRIBE after. Where the client's Redis user may not PSUBSCRIBE that pattern
+ * (an ACL that grants `&<prefix>:out:*` allows SUBSCRIBE of each channel, and PSUBSCRIBE only of
+ * the literal `<prefix>:out:*`), each channel is subscribed as any other.
  */
 export class Subscriber {
   readonly redis: Redis;
@@ -242,27 +258,71 @@ export class Subscriber {
   /** Listeners whose subscription was confirmed on the current connection. */
   private readonly confirmed = new Set<ChannelListener | PatternListener>();
   private isClosing = false;
+  private readonly ownPrefix: string | null;
+  private readonly ownPattern: string | null;
+  /** The own pattern's PSUBSCRIBE on the current connection (settled: confirmed). */
+  private ownSubscribed: Promise<void> | null = null;
+  /** Redis refused the own pattern (NOPERM): own channels are subscribed one by one. */
+  private ownRefused = false;
 
-  constructor(redis: Redis, conns: Connections) {
+  constructor(redis: Redis, conns: Connections, ownPrefix: string | null = null) {
     this.redis = redis;
     this.conns = conns;
-    redis.on("messageBuffer", (channel: Buffer, message: Buffer) => {
-      const listeners = this.channels.get(channel.toString("utf8"));
+    this.ownPrefix = ownPrefix;
+    this.ownPattern = ownPrefix === null ? null : `${globEscape(ownPrefix)}*`;
+    const dispatch = (name: string, message: Buffer): void => {
+      const listeners = this.channels.get(name);
       if (listeners === undefined) return;
       for (const l of [...listeners]) l.onMessage(message);
+    };
+    redis.on("messageBuffer", (channel: Buffer, message: Buffer) => {
+      const name = channel.toString("utf8");
+      // An own channel subscribed one by one and matched by the pattern too comes twice: the
+      // pattern's copy is the one kept while the pattern is on.
+      if (this.viaPattern(name)) return;
+      dispatch(name, message);
     });
     redis.on("pmessageBuffer", (pattern: Buffer, channel: Buffer, message: Buffer) => {
-      const listeners = this.patterns.get(pattern.toString("utf8"));
-      if (listeners === undefined) return;
+      const p = pattern.toString("utf8");
       const name = channel.toString("utf8");
+      if (p === this.ownPattern) {
+        if (this.viaPattern(name)) dispatch(name, message);
+        return;
+      }
+      const listeners = this.patterns.get(p);
+      if (listeners === undefined) return;
       for (const l of [...listeners]) l.onPatternMessage(name, message);
     });
     redis.on("close", () => {
+      this.ownSubscribed = null;  // PSUBSCRIBE again on the next connection before relying on it
       if (this.isClosing) return;
       const lost = [...this.confirmed];
       this.confirmed.clear();
       for (const l of lost) l.onConnectionLost();
     });
+  }
+
+  /** Whether `channel` is received through the own pattern. */
+  private viaPattern(channel: string): boolean {
+    return this.ownPrefix !== null && !this.ownRefused && channel.startsWith(this.ownPrefix);
+  }
+
+  /** Resolves once the own pattern is confirmed on the current connection (or was refused). */
+  private async ownPatternReady(): Promise<void> {
+    const pattern = this.ownPattern as string;
+    this.ownSubscribed ??= (async () => {
+      try {
+        await this.conns.retry(`PSUBSCRIBE ${pattern}`, () => this.redis.psubscribe(pattern));
+      } catch (e) {
+        if (e instanceof Error && e.message.startsWith("NOPERM")) {
+          this.ownRefused = true;
+          return;
+        }
+        this.ownSubscribed = null;
+        throw e;
+      }
+    })();
+    await this.ownSubscribed;
   }
 
   /** Number of channels and patterns subscribed (or being subscribed). */
@@ -287,9 +347,12 @@ export class Subscriber {
     }
     set.add(listener);
     try {
+      if (this.viaPattern(channel)) await this.ownPatternReady();
       // SUBSCRIBE even if the channel is already subscribed: its confirmation is the point from
       // which this listener hears everything (a no-op for Redis).
-      await this.conns.retry(`SUBSCRIBE ${channel}`, () => this.redis.subscribe(channel));
+      if (!this.viaPattern(channel)) {
+        await this.conns.retry(`SUBSCRIBE ${channel}`, () => this.redis.subscribe(channel));
+      }
     } catch (e) {
       this.remove(channel, listener);
       throw e;
@@ -336,7 +399,7 @@ export class Subscriber {
     if (set === undefined || !set.delete(listener)) return;
     if (set.size > 0) return;
     this.channels.delete(channel);
-    if (!this.isClosing && !this.conns.isClosed) {
+    if (!this.isClosing && !this.conns.isClosed && !this.viaPattern(channel)) {
       this.redis.unsubscribe(channel).catch(() => undefined);
     }
   }

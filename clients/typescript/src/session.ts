@@ -106,6 +106,8 @@ export interface SessionBackend {
   readonly opTimeoutMs: number;
   readonly processes: ProcessHub;
   checkOpen(): void;
+  /** A new operation id (the client's own: its events need no SUBSCRIBE of their own). */
+  newId(): string;
   /** Follow job events of `id`, sending it with `submit` once subscribed. */
   events(id: string, submit: () => Promise<void>, options: FollowOptions): OperationEventStream;
   /** Wait for the single result of `id`, sending it with `submit` once subscribed. */
@@ -352,7 +354,7 @@ export class Session {
   ): Promise<Fields> {
     this.backend.checkOpen();
     const session = opts.session ?? this.id;
-    const opId = newOpId();
+    const opId = this.backend.newId();
     const payload = encodeRequest(opId, op, session, fields);
     // As in streamOp: the route is looked up while the channel is being subscribed.
     const route = opts.stream !== undefined ? Promise.resolve(opts.stream) : this.route(op);
@@ -525,7 +527,7 @@ export class Session {
 
   private streamOp(op: "exec" | "code", fields: { [key: string]: Wire | undefined }, options: FollowOptions): OperationEventStream {
     this.backend.checkOpen();
-    const opId = newOpId();
+    const opId = this.backend.newId();
     const payload = encodeRequest(opId, op, this.id, fields);
     // The route is looked up while the op's channel is being subscribed (two connections, so two
     // round trips at once instead of one after the other).

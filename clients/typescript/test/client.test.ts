@@ -538,6 +538,53 @@ describe("many jobs", () => {
     assert.ok(maxAll <= base.all, `connections grew from ${base.all} to ${maxAll} with ${n} jobs`);
     assert.equal((await connections()).mine, 2);
   });
+
+  test("the jobs a client names itself are followed through one pattern, not a SUBSCRIBE each", async () => {
+    const c = new Client(dep.url, { connectionName: "ts-pattern" });
+    try {
+      const subscribes = async (): Promise<number> => {
+        const stats = (await admin.info("commandstats")) as string;
+        const m = /cmdstat_subscribe:calls=(\d+)/.exec(stats);
+        return m ? Number(m[1]) : 0;
+      };
+      const before = await subscribes();
+      const results = await Promise.all(Array.from({ length: 20 }, (_, i) => c.run({ shell: `echo p-${i}` })));
+      results.forEach((r, i) => assert.equal(r.stdoutText, `p-${i}\n`));
+      assert.equal((await subscribes()) - before, 0, "a job of the client's own id was SUBSCRIBEd");
+      const list = (await admin.client("LIST")) as string;
+      const sub = list.split("\n").find((l) => l.includes("name=ts-pattern:sub"));
+      assert.match(sub ?? "", / sub=0 psub=1 /);
+      // An id given by the caller is followed as before, on its own channel.
+      const own = newJobId();
+      assert.equal((await c.run({ id: own, shell: "echo given" })).stdoutText, "given\n");
+      assert.equal((await subscribes()) - before, 1);
+    } finally {
+      await c.close();
+    }
+  });
+
+  test("a Redis user that may not PSUBSCRIBE the client's pattern still gets every event", async () => {
+    // docs/SECURITY.md's client user (channels &sandpool:out:*: SUBSCRIBE of any such channel,
+    // PSUBSCRIBE of that literal pattern only), with what ioredis needs to connect.
+    await admin.call(
+      "ACL", "SETUSER", "ts-narrow", "on", ">narrow-pw", "resetkeys", "resetchannels", "-@all",
+      "+ping", "+hello", "+auth", "+info", "+select", "+client|setname", "+xadd", "~sandpool:q:*",
+      "+get", "~sandpool:result:*", "+hset", "+expire", "~sandpool:job:*", "+subscribe", "+unsubscribe",
+      "+psubscribe", "&sandpool:out:*", "+publish", "&sandpool:cancel",
+    );
+    const c = new Client(`${dep.url}?user=ts-narrow&password=narrow-pw`, { connectionName: "ts-narrow" });
+    try {
+      const chunks: Buffer[] = [];
+      const r = await c.run({ shell: "echo narrow" }, { onStdout: (b) => chunks.push(b) });
+      assert.equal(r.stdoutText, "narrow\n");
+      assert.equal(Buffer.concat(chunks).toString(), "narrow\n", "no live output: the event channel was not subscribed");
+      const again = await Promise.all([1, 2, 3].map((i) => c.run({ shell: `echo n-${i}` })));
+      again.forEach((x, i) => assert.equal(x.stdoutText, `n-${i + 1}\n`));
+    } finally {
+      await c.close();
+      await admin.call("ACL", "DELUSER", "ts-narrow");
+    }
+  });
 });
 
 describe("invalid input", () => {

@@ -188,7 +188,7 @@ describe("commands", () => {
     assert.equal(r.stdoutText, "line 1\nline 2\nline 3\n");
     const types: string[] = [];
     const stream = s.execStream({ shell: "echo a; echo b >&2" });
-    assert.match(stream.id, /^[0-9a-f]{32}$/);
+    assert.match(stream.id, /^[0-9a-f]{36}$/);
     for await (const ev of stream) types.push(ev.type);
     assert.equal(types[0], "started");
     assert.equal(types.at(-1), "exited");
