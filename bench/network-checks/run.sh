@@ -6,9 +6,11 @@
 #   - a libnftables buffer of several commands is one transaction;
 #   - what one slot's Narrow and Reset cost through libnftables, and as raw libnftnl batches with
 #     a verdict-map swap or a data-set element, at 8, 64 and 256 slots;
-#   - what libnetfilter-conntrack's filtered flush deletes, against conntrack's dump-and-delete.
+#   - what libnetfilter-conntrack's filtered flush deletes, against conntrack's dump-and-delete;
+#   - a slot's veth pair made from inside its namespace with the peer placed in the host's by the
+#     same request (libnl), and where IPv6 address generation can be turned off on the host end.
 # Needs root and: nftables libnftables-dev libnftnl-dev libmnl-dev conntrack
-#   libnetfilter-conntrack-dev netcat-openbsd.
+#   libnetfilter-conntrack-dev libnl-route-3-dev netcat-openbsd.
 #   sudo bash bench/network-checks/run.sh
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -17,6 +19,7 @@ trap 'rm -rf "$w"' EXIT
 cc -O2 -Wall -o "$w/libnftables_cost" "$HERE/libnftables_cost.c" -lnftables
 cc -O2 -Wall -o "$w/nftnl_cost" "$HERE/nftnl_cost.c" -lnftnl -lmnl
 cc -O2 -Wall -o "$w/ct_flush_filter" "$HERE/ct_flush_filter.c" -lnetfilter_conntrack
+cc -O2 -Wall -o "$w/veth_setup" "$HERE/veth_setup.c" $(pkg-config --cflags --libs libnl-route-3.0)
 echo "nft: $(nft --version); kernel $(uname -r)"
 for s in 8 64 256; do
   for how in vmap set; do python3 "$HERE/ruleset.py" "$s" "$how" > "$w/t$s-$how.nft"; done
@@ -38,3 +41,7 @@ ct() {
 }
 ct "$w/ct_flush_filter 0x10000 0xffff0000" "NFCT_Q_FLUSH_FILTER mark 0x10000/0xffff0000"
 ct "conntrack -D -m 0x10000/0xffff0000" "conntrack -D -m 0x10000/0xffff0000 (dump, delete each)"
+for how in at-create change; do
+  unshare -n "$w/veth_setup" 32 "$how" \
+    'echo "  host ends: $(ip -br link | grep -c spab3) links, $(ip -6 addr | grep -c inet6) IPv6 addresses, $(ip -4 addr | grep -c "inet 10.200") IPv4"'
+done
