@@ -20,7 +20,7 @@
 import { randomBytes } from "node:crypto";
 
 import type { Connections } from "./connection.js";
-import { InvalidArgumentError, SandpoolError, SessionNotFoundError, sessionError } from "./errors.js";
+import { InvalidArgumentError, SandpoolError, SessionError, SessionNotFoundError, sessionError } from "./errors.js";
 import type { JobEvent } from "./protocol.js";
 import {
   asStr,
@@ -310,6 +310,15 @@ export class Session {
   /** The info of the last `create`, `connect`, `info` or `stop` of this object. */
   lastInfo: SessionInfo | null = null;
   private readonly backend: SessionBackend;
+  /**
+   * The holder last read from the session's record. `exec`, `code` and the other operations
+   * (not `create`, nor the streams of `execStream`/`codeStream`) are sent there without reading
+   * the record again: one round trip less each. A session changes holder only when its host died
+   * or it was destroyed and made again; an operation sent to the old holder is answered
+   * `session_not_found` without running, and is then sent once more, under a new id, to the
+   * holder the record names by then.
+   */
+  private holderCache: string | null = null;
 
   /** @internal Use `client.session(id)`. */
   constructor(backend: SessionBackend, id: string) {
@@ -328,7 +337,25 @@ export class Session {
     this.backend.checkOpen();
     const key = this.backend.keys.session(this.id);
     const c = await this.backend.conns.call(`HGET ${key}`, (r) => r.hget(key, "consumer"));
-    return c === null || c === "" ? null : c;
+    this.holderCache = c === null || c === "" ? null : c;
+    return this.holderCache;
+  }
+
+  /** The stream of the cached holder for `op`, or null when `op` must read the record. */
+  private cachedRoute(op: Operation): string | null {
+    if (op === "create" || this.holderCache === null) return null;
+    return this.backend.keys.sessionRequests(this.backend.queue, this.holderCache);
+  }
+
+  /**
+   * After `session_not_found` for an operation sent to `cached`: whether the record now names
+   * another holder (then it was the wrong daemon, which ran nothing: send it again).
+   */
+  private async movedFrom(cached: string | null, code: string | undefined): Promise<boolean> {
+    if (code === "session_lost") this.holderCache = null;
+    if (cached === null || code !== "session_not_found") return false;
+    const now = await this.holder();
+    return now !== null && this.backend.keys.sessionRequests(this.backend.queue, now) !== cached;
   }
 
   /** The request stream for `op` (PROTOCOL.md section 13, step 2). */
@@ -351,13 +378,15 @@ export class Session {
     op: Operation,
     fields: { readonly [key: string]: Wire | undefined },
     opts: { waitTimeoutMs?: number | undefined; signal?: AbortSignal | undefined; stream?: string; session?: string } = {},
+    resent = false,
   ): Promise<Fields> {
     this.backend.checkOpen();
     const session = opts.session ?? this.id;
     const opId = this.backend.newId();
     const payload = encodeRequest(opId, op, session, fields);
+    const cached = opts.stream === undefined && session === this.id && !resent ? this.cachedRoute(op) : null;
     // As in streamOp: the route is looked up while the channel is being subscribed.
-    const route = opts.stream !== undefined ? Promise.resolve(opts.stream) : this.route(op);
+    const route = opts.stream !== undefined ? Promise.resolve(opts.stream) : cached !== null ? Promise.resolve(cached) : this.route(op);
     route.catch(() => undefined);
     const r = await this.backend.awaitResult<OpResult | Result>(
       opId,
@@ -368,6 +397,7 @@ export class Session {
     );
     const res = r instanceof Result ? OpResult.fromJobResult(r, op, session) : r;
     if (!res.ok) {
+      if (await this.movedFrom(cached, res.error?.code)) return this.send(op, fields, opts, true);
       throw sessionError(res.error ?? { code: "internal", message: "", retryable: true }, {
         op,
         sessionId: session,
@@ -488,7 +518,7 @@ export class Session {
    */
   async exec(command: ExecCommand, options: ExecRunOptions = {}): Promise<Result> {
     const { onStdout, onStderr, ...rest } = options;
-    return this.collect(this.execStream(command, rest), "exec", onStdout, onStderr);
+    return this.run("exec", execFields(command, rest), rest, onStdout, onStderr);
   }
 
   /** The events of a command (`started`, `stdout`/`stderr`, `exited`), sent when iteration begins. */
@@ -505,19 +535,12 @@ export class Session {
    */
   async code(code: string, runtime: ContextRuntime, options: CodeOptions = {}): Promise<Result> {
     const { onStdout, onStderr, ...rest } = options;
-    return this.collect(this.codeStream(code, runtime, rest), "code", onStdout, onStderr);
+    return this.run("code", codeFields(code, runtime, rest), rest, onStdout, onStderr);
   }
 
   /** The events of a `code` call. */
   codeStream(code: string, runtime: ContextRuntime, options: Omit<CodeOptions, "onStdout" | "onStderr"> = {}): OperationEventStream {
-    const fields = {
-      code: text("code", code),
-      runtime: checkContextRuntime(runtime),
-      context: options.context === undefined ? undefined : checkTemplateName("context", options.context),
-      timeout_ms: uint("timeoutMs", options.timeoutMs, 1),
-      max_output_bytes: uint("maxOutputBytes", options.maxOutputBytes),
-    };
-    return this.streamOp("code", fields, options);
+    return this.streamOp("code", codeFields(code, runtime, options), options);
   }
 
   /** Start a code context's interpreter afresh (its state is gone). */
@@ -525,13 +548,35 @@ export class Session {
     await this.send("context_restart", { context: checkTemplateName("context", context), runtime: checkContextRuntime(runtime) }, options);
   }
 
-  private streamOp(op: "exec" | "code", fields: { [key: string]: Wire | undefined }, options: FollowOptions): OperationEventStream {
+  /** `exec` or `code` to its result, sent to the cached holder (see {@link holderCache}). */
+  private async run(
+    op: "exec" | "code",
+    fields: { [key: string]: Wire | undefined },
+    options: FollowOptions,
+    onStdout: ((b: Buffer) => void) | undefined,
+    onStderr: ((b: Buffer) => void) | undefined,
+  ): Promise<Result> {
+    const cached = this.cachedRoute(op);
+    try {
+      return await this.collect(this.streamOp(op, fields, options, cached), op, onStdout, onStderr);
+    } catch (e) {
+      if (!(e instanceof SessionError) || !(await this.movedFrom(cached, e.code))) throw e;
+      return this.collect(this.streamOp(op, fields, options, null), op, onStdout, onStderr);
+    }
+  }
+
+  private streamOp(
+    op: "exec" | "code",
+    fields: { [key: string]: Wire | undefined },
+    options: FollowOptions,
+    cached: string | null = null,
+  ): OperationEventStream {
     this.backend.checkOpen();
     const opId = this.backend.newId();
     const payload = encodeRequest(opId, op, this.id, fields);
-    // The route is looked up while the op's channel is being subscribed (two connections, so two
-    // round trips at once instead of one after the other).
-    const route = this.route(op);
+    // Without a cached holder, the route is looked up while the op's channel is being subscribed
+    // (two connections, so two round trips at once instead of one after the other).
+    const route = cached !== null ? Promise.resolve(cached) : this.route(op);
     route.catch(() => undefined);  // awaited by the submit below, or dropped with the stream
     return this.backend.events(
       opId,
@@ -851,6 +896,17 @@ function checkNs(name: string, v: unknown): bigint | undefined {
   if (v === undefined) return undefined;
   if (typeof v !== "bigint" || v < 0n) throw new InvalidArgumentError(`${name} must be a non-negative bigint`);
   return v;
+}
+
+/** The fields of a `code` request, in PROTOCOL.md order. */
+function codeFields(code: string, runtime: ContextRuntime, o: Omit<CodeOptions, "onStdout" | "onStderr">): { [key: string]: Wire | undefined } {
+  return {
+    code: text("code", code),
+    runtime: checkContextRuntime(runtime),
+    context: o.context === undefined ? undefined : checkTemplateName("context", o.context),
+    timeout_ms: uint("timeoutMs", o.timeoutMs, 1),
+    max_output_bytes: uint("maxOutputBytes", o.maxOutputBytes),
+  };
 }
 
 /** The fields of an `exec` request, in PROTOCOL.md order. */

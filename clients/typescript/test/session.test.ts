@@ -25,7 +25,7 @@ import {
   TemplateMismatchError,
   type Session,
 } from "../src/index.js";
-import { Deployment, requireSessions, sleep, waitFor } from "../src/testing.js";
+import { Daemon, Deployment, requireSessions, sleep, waitFor } from "../src/testing.js";
 
 const WAIT = 30000;
 let dep: Deployment;
@@ -519,6 +519,75 @@ describe("snapshots", () => {
 
     await client.deleteSnapshot(name);
     assert.equal((await client.listSnapshots()).some((x) => x.name === name), false);
+  });
+});
+
+describe("routing", () => {
+  const hgets = async (): Promise<number> => {
+    const admin = dep.redis.admin();
+    try {
+      const m = /cmdstat_hget:calls=(\d+)/.exec((await admin.info("commandstats")) as string);
+      return m ? Number(m[1]) : 0;
+    } finally {
+      admin.disconnect();
+    }
+  };
+
+  test("after its first operation a session's record is not read again for each one", async () => {
+    const s = await client.createSession(sid("route"));
+    try {
+      await s.exec({ shell: "true" });
+      const before = await hgets();
+      for (let i = 0; i < 5; i++) {
+        assert.equal((await s.exec({ shell: `echo ${i}` })).stdoutText, `${i}\n`);
+        await s.writeFile("/work/r", String(i));
+      }
+      assert.equal(await s.readText("/work/r"), "4");
+      assert.equal((await hgets()) - before, 0);
+    } finally {
+      await s.destroy();
+    }
+  });
+
+  test("an operation sent to a daemon that no longer holds the session is sent again to its holder", async () => {
+    // A second daemon stands for the session's old host: alive, not holding it. A holder that
+    // changed (the host died and the session was made again elsewhere) looks like this to a
+    // client that read the record before.
+    const other = new Daemon(dep.redis, { workers: 1 });
+    await other.start();
+    const s = await client.createSession(sid("moved"));
+    try {
+      await s.exec({ shell: "true" });
+      const stale = (): void => {
+        (s as unknown as { holderCache: string }).holderCache = other.consumer;
+      };
+      stale();
+      const r = await s.exec({ shell: "echo once >> /work/log; cat /work/log" });
+      assert.equal(r.stdoutText, "once\n");
+      assert.equal(r.worker, dep.daemon.consumer);
+      stale();
+      await s.writeFile("/work/w", "moved");
+      stale();
+      assert.equal(await s.readText("/work/w"), "moved");
+      stale();
+      assert.equal((await s.code("print(6 * 7)", "python")).stdoutText, "42\n");
+      // Nothing ran twice; the four operations did go to the other daemon first.
+      assert.equal(await s.readText("/work/log"), "once\n");
+      const admin = dep.redis.admin();
+      try {
+        const info = (await admin.call("XINFO", "STREAM", `sandpool:sreq:default:${other.consumer}`)) as unknown[];
+        assert.equal(Number(info[info.indexOf("entries-added") + 1]), 4);
+      } finally {
+        admin.disconnect();
+      }
+      // A session that is really gone is still session_not_found, after one look at its record.
+      await client.session(s.id).destroy();
+      stale();
+      await assert.rejects(s.exec({ shell: "true" }), SessionNotFoundError);
+    } finally {
+      await s.destroy().catch(() => undefined);
+      await other.remove();
+    }
   });
 });
 
