@@ -300,7 +300,8 @@ log "writing bench/RESULTS.md (run took ${ELAPSED}s)"
   --meta "load_start=$LOAD_START" --meta "load_end=$LOAD_END" --meta "elapsed_s=$ELAPSED" \
   --meta "sizes=N=$N (python $PY_N, paced $PACED_N) warmup=$WARMUP M=$TP_N (python $PY_TP_N) peer_N=$PEER_N peer_M=$PEER_TP_N node_N=$NODE_N node_M=$NODE_TP_N profiled=$PROF_N+$PROF_PY_N" \
   --meta "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-  --meta "dirty=$(git -C "$ROOT" status --porcelain 2>/dev/null | awk '{print $2}' | paste -sd' ')" \
+  --meta "dirty=$(git -C "$ROOT" status --porcelain 2>/dev/null | awk '{print $2}' |
+                  grep -Ev '^bench/(RESULTS|out/|soak\.svg$|fuzz-results\.md$)' | paste -sd' ')" \
   --meta "redis=$(redis-server --version | cut -d' ' -f3)" --meta "node=$(node --version 2>/dev/null || echo none)" \
   --meta "bwrap=$(bwrap --version 2>/dev/null || echo none)" \
   --meta "daemon_alive_after=$DAEMON_ALIVE_AFTER" --meta "heartbeat_after=$HEARTBEAT" \

@@ -30,10 +30,16 @@ def cpu_model() -> str:
     return "?"
 
 
+def _bench_output(path: str) -> bool:
+    """Whether `path` is a file the benchmarks write (results, figures, raw output)."""
+    return path.startswith(("bench/RESULTS", "bench/out/")) or path in ("bench/soak.svg", "bench/fuzz-results.md")
+
+
 def header(title: str, command: str, started: float) -> List[str]:
     """Markdown lines: the title and the run's facts. `started` is time.time() at the start."""
     commit = _git("rev-parse", "--short", "HEAD") or "?"
-    dirty = _git("status", "--porcelain")
+    # What the benchmarks write themselves does not make the code dirty.
+    dirty = [l for l in (_git("status", "--porcelain") or "").splitlines() if not _bench_output(l[3:])]
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     return [
         f"# {title}", "",
