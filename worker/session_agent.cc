@@ -22,7 +22,6 @@
 #include "common/clock.h"
 #include "common/job_env.h"
 #include "common/runtimes.h"
-#include "common/syscalls.h"
 #include "worker/channel.h"
 #include "worker/sandbox.h"
 #include "worker/sandbox_init.h"
@@ -210,11 +209,10 @@ class Agent {
     if (pid == 0) {
       // Nothing of the agent's but its socket to the agent: the scheduler's socket (fd 5) must
       // close when the agent ends, not when this does.
-      int keep = ::fcntl(sock->b.get(), F_DUPFD_CLOEXEC, 100);
-      if (keep < 0 || ::dup3(keep, 3, O_CLOEXEC) != 3 || sys::CloseFrom(4) != 0) ::_exit(0);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      // (Its blocked SIGCHLD does not matter: its shells are not its children, and each one
+      // resets its signal mask in StubPrologue.)
+      const int keep[] = {sock->b.get()};
+      if (ArrangeFds(keep, 1) != 0) ::_exit(0);
       FactoryMain(Channel(UniqueFd(3)));
     }
     factory_pid_ = pid;
