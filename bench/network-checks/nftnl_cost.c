@@ -34,33 +34,29 @@ static void flush(struct mnl_nlmsg_batch* b, const char* name) {
   put_set_msg(b, s, NFT_MSG_DELSETELEM, 0);
   nftnl_set_free(s);
 }
-static void narrowed(struct mnl_nlmsg_batch* b, const char* ifn, int add) {
+// One element keyed by an interface name, added (`type` NFT_MSG_NEWSETELEM) or deleted; with a
+// `chain`, its verdict is a jump there (a verdict map's element).
+static void ifname_elem(struct mnl_nlmsg_batch* b, const char* set, const char* ifn, int type, const char* chain) {
   char key[16] = {0};
   strncpy(key, ifn, sizeof key - 1);
-  struct nftnl_set* s = set_of("narrowed");
+  struct nftnl_set* s = set_of(set);
   struct nftnl_set_elem* e = nftnl_set_elem_alloc();
   nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, sizeof key);
+  if (chain != NULL) {
+    nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, NFT_JUMP);
+    nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, chain);
+  }
   nftnl_set_elem_add(s, e);
-  put_set_msg(b, s, add ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, add ? NLM_F_CREATE : 0);
+  put_set_msg(b, s, type, type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0);
   nftnl_set_free(s);
 }
+static void narrowed(struct mnl_nlmsg_batch* b, const char* ifn, int add) {
+  ifname_elem(b, "narrowed", ifn, add ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, NULL);
+}
+// A verdict map's element is replaced by a delete and an add in one batch.
 static void mode(struct mnl_nlmsg_batch* b, const char* ifn, const char* chain) {
-  char key[16] = {0};
-  strncpy(key, ifn, sizeof key - 1);
-  struct nftnl_set* s = set_of("mode");
-  struct nftnl_set_elem* e = nftnl_set_elem_alloc();
-  nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, sizeof key);
-  nftnl_set_elem_add(s, e);
-  put_set_msg(b, s, NFT_MSG_DELSETELEM, 0);
-  nftnl_set_free(s);
-  s = set_of("mode");
-  e = nftnl_set_elem_alloc();
-  nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, sizeof key);
-  nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, NFT_JUMP);
-  nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, chain);
-  nftnl_set_elem_add(s, e);
-  put_set_msg(b, s, NFT_MSG_NEWSETELEM, NLM_F_CREATE);
-  nftnl_set_free(s);
+  ifname_elem(b, "mode", ifn, NFT_MSG_DELSETELEM, NULL);
+  ifname_elem(b, "mode", ifn, NFT_MSG_NEWSETELEM, chain);
 }
 static void cidr(struct mnl_nlmsg_batch* b, const char* set, const char* lo, const char* hi, uint16_t plo, uint16_t phi) {
   uint32_t k[2] = {0}, ke[2] = {0};
