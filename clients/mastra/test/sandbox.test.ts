@@ -498,7 +498,7 @@ describe("reconnection", () => {
   test("a new sandbox object with the same id connects to the same session", async () => {
     const s = newSandbox();
     await s._start();
-    await s.executeCommand!("echo shared > /work/shared.txt");
+    await s.executeCommand!("echo shared > shared.txt");
     const h = await s.processes.spawn("echo bg; sleep 60");
     await waitFor(() => h.stdout === "bg\n", T, "output");
     const again = newSandbox({ id: s.id });
