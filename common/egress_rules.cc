@@ -170,6 +170,12 @@ std::optional<std::optional<Cidr>> NarrowerFilter(const std::optional<Cidr>& a, 
 
 }  // namespace
 
+std::string Cidr::ToString() const {
+  std::string out;
+  AppendCidr(out, *this);
+  return out;
+}
+
 bool Cidr::Contains(const Cidr& o) const {
   if (o.len < len) return false;
   uint32_t mask = len == 0 ? 0 : ~uint32_t{0} << (32 - len);

@@ -41,6 +41,7 @@ struct Cidr {
   uint32_t addr = 0;  // host byte order, host bits clear
   uint8_t len = 32;
   bool Contains(const Cidr& o) const;  // `o` lies wholly inside this
+  std::string ToString() const;        // "10.0.0.0/8", the length always written
   bool operator==(const Cidr&) const = default;
 };
 

@@ -155,6 +155,16 @@ bool Metrics::Build() {
                              .Help("Bytes of file-operation requests handed to session agents")
                              .Register(registry_)
                              .Add({});
+  net_refused_ = &BuildCounter()
+                      .Name("sandpool_net_connections_refused_total")
+                      .Help("Connections (new flows) a network sandbox tried and its egress policy refused, by template and "
+                            "reason: host (an address of the host), always (never allowed), policy, limit")
+                      .Register(registry_);
+  net_spoofed_ = &BuildCounter()
+                      .Name("sandpool_net_spoofed_packets_total")
+                      .Help("Packets from a sandbox with a source address not its own, or IPv6: dropped")
+                      .Register(registry_)
+                      .Add({});
 
   BuildGauge()
       .Name("sandpool_build_info")
@@ -295,6 +305,14 @@ void Metrics::ObserveSessionStart(double seconds) { Observe(session_start_, seco
 
 void Metrics::SessionFileBytes(uint64_t bytes) {
   if (ok_) session_file_bytes_->Increment(static_cast<double>(bytes));
+}
+
+void Metrics::NetRefused(std::string_view template_name, std::string_view reason, uint64_t n) {
+  if (ok_) net_refused_->Add({{"template", std::string(template_name)}, {"reason", std::string(reason)}}).Increment(static_cast<double>(n));
+}
+
+void Metrics::NetSpoofed(uint64_t n) {
+  if (ok_) net_spoofed_->Increment(static_cast<double>(n));
 }
 
 }  // namespace sandpool

@@ -92,6 +92,12 @@ class Metrics {
   void ObserveSessionStart(double seconds);  // sandpool_session_start_seconds (create or resume)
   void SessionFileBytes(uint64_t bytes);     // sandpool_session_file_request_bytes_total
 
+  // Network templates. Labels come from the daemon's configuration (template names) and fixed
+  // reasons (host, always, policy, limit), never from a job.
+  // sandpool_net_connections_refused_total{template,reason}
+  void NetRefused(std::string_view template_name, std::string_view reason, uint64_t n);
+  void NetSpoofed(uint64_t n);  // sandpool_net_spoofed_packets_total
+
   // The registry in Prometheus text format 0.0.4. Never throws; on an internal failure returns a
   // comment line saying so (the scrape then shows no series, which alerts on absence catch).
   std::string Serialize() const;
@@ -130,6 +136,8 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* session_op_seconds_ = nullptr;
   prometheus::Histogram* session_start_ = nullptr;
   prometheus::Counter* session_file_bytes_ = nullptr;
+  prometheus::Family<prometheus::Counter>* net_refused_ = nullptr;
+  prometheus::Counter* net_spoofed_ = nullptr;
 };
 
 }  // namespace sandpool

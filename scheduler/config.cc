@@ -1,5 +1,6 @@
 #include "scheduler/config.h"
 
+#include "common/egress_rules.h"
 #include "common/job_env.h"
 #include "common/runtimes.h"
 
@@ -61,6 +62,14 @@ std::function<Status(DaemonConfig*, const std::string&)> Size(uint64_t* (*get)(D
     *get(c) = *n;
     return Status::Ok();
   };
+}
+
+Status SetRange(const std::string& v, uint64_t lo, uint64_t hi, uint32_t* out) {
+  auto n = ParseUint(v);
+  if (!n.ok()) return n.status();
+  if (*n < lo || *n > hi) return Status::Error("must be in " + std::to_string(lo) + ".." + std::to_string(hi));
+  *out = static_cast<uint32_t>(*n);
+  return Status::Ok();
 }
 
 // "0.5" CPUs -> a CFS quota of half the period.
@@ -146,6 +155,27 @@ const std::vector<Option>& Options() {
        Size(+[](DaemonConfig* c) { return &c->max_snapshot_bytes; })},
       {"session-spares", "warm session sandboxes kept per template once it has had a session (0 or 1)",
        Uint(&DaemonConfig::session_spares)},
+      {"net", "on: templates may have egress policies (veth per slot, nftables; docs/design/network.md)",
+       [](DaemonConfig* c, const std::string& v) { return ParseBool(v, &c->net.on); }},
+      {"net-pool", "IPv4 range for the network slots' links, two addresses per slot (must be unused on the host)",
+       [](DaemonConfig* c, const std::string& v) {
+         auto r = ParseEgressRule(v);
+         if (!r.ok() || r->kind != EgressRule::Kind::kCidr || !r->ports.empty()) {
+           return Status::Error("--net-pool must be an IPv4 range such as 10.200.0.0/16");
+         }
+         c->net.pool = r->cidr;
+         return Status::Ok();
+       }},
+      {"net-ip-forward", "require (refuse to start network templates while net.ipv4.ip_forward is 0) or set (turn it on)",
+       [](DaemonConfig* c, const std::string& v) {
+         if (v != "require" && v != "set") return Status::Error("--net-ip-forward must be require or set");
+         c->net.set_ip_forward = v == "set";
+         return Status::Ok();
+       }},
+      {"net-connections", "concurrent connections per network sandbox",
+       [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 65536, &c->net.connections); }},
+      {"net-new-connections", "new connections per second per network sandbox (bursts of twice that)",
+       [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 100000, &c->net.new_connections); }},
       {"session-idle-timeout-ms", "a session nothing used this long is stopped, unless it names its own (0: never)",
        Num(+[](DaemonConfig* c) { return &c->session_idle_timeout_ms; })},
       {"setup-timeout-ms", "how long a template's setup may take at start-up", Num(+[](DaemonConfig* c) { return &c->setup_timeout_ms; })},
@@ -253,6 +283,24 @@ Status ApplyTemplateKey(TemplateConfig* t, const std::string& key, const std::st
     t->sandbox.root_dir = value;
   } else if (key == "upper-size") {
     SP_RETURN_IF_ERROR(size(&t->sandbox.upper_bytes));
+  } else if (key == "egress" || key == "egress-deny") {
+    std::istringstream words(value);
+    std::vector<std::string> texts;
+    for (std::string w; words >> w;) texts.push_back(w);
+    auto rules = ParseEgressRules(texts, key);
+    if (!rules.ok()) return rules.status();
+    for (const EgressRule& r : *rules) {
+      // Names are enforced through the DNS resolver sandpool gives the sandbox (design, section
+      // 4), which is not built yet: refused here rather than silently unenforced.
+      if (r.kind != EgressRule::Kind::kCidr) {
+        return Status::Error("'" + r.ToString() + "': host-name rules need sandpool's DNS resolver, which this version "
+                             "does not have yet; write the addresses as CIDRs (203.0.113.0/24:443)");
+      }
+    }
+    if (rules->empty()) return Status::Error("needs at least one rule (no egress key: no network)");
+    auto& list = key == "egress" ? t->egress.allow : t->egress.deny;
+    list.insert(list.end(), rules->begin(), rules->end());
+    if (key == "egress") t->network = true;
   } else if (key == "dirs") {
     std::istringstream words(value);
     for (std::string d; words >> d;) {
@@ -301,6 +349,12 @@ Status BuildTemplates(DaemonConfig* c,
   }
   uint64_t min_total = 0;
   for (TemplateConfig& t : c->templates) {
+    if (!t.egress.deny.empty() && !t.network) {
+      return Status::Error("[template " + t.name + "] egress-deny without egress: the template has no network to deny");
+    }
+    if (t.network && !c->net.on) {
+      return Status::Error("[template " + t.name + "] egress needs the daemon's --net on (docs/design/network.md)");
+    }
     min_total += t.min_workers;
     t.sandbox.base_env = JobEnvironment({}, t.env);
     if (t.sandbox.cgroup.memory_bytes > c->limits.max_memory_bytes) {

@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "queue/protocol.h"
 #include "queue/redis_url.h"
+#include "scheduler/egress_policy.h"
 #include "worker/sandbox_config.h"
 
 namespace sandpool {
@@ -21,11 +22,24 @@ namespace sandpool {
 // A template: an environment jobs can name, with its own warm pool. See docs/ARCHITECTURE.md.
 struct TemplateConfig {
   std::string name;
+  // The template's egress policy (`egress`, `egress-deny`): the most any of its sandboxes may
+  // reach. No `egress` key: a no-network template (loopback only, no veth, nothing to enforce).
+  bool network = false;
+  EgressPolicy egress;
   uint32_t min_workers = 1;  // sandboxes kept ready (or busy) at all times
   uint32_t max_workers = 8;  // demand may grow the pool up to here, within the host budget
   SandboxConfig sandbox;     // runtime, limits, root directories, base environment
   std::vector<std::string> env;  // "NAME=value" every job of the template gets (jobs override)
   std::vector<std::string> setup;  // shell lines baked into the template's layer at start-up
+};
+
+// Network templates (docs/design/network.md; operator options --net*).
+struct NetConfig {
+  bool on = false;                      // off: templates with egress keys fail to load
+  Cidr pool{0x0ac80000u, 16};           // 10.200.0.0/16: two addresses per slot number
+  bool set_ip_forward = false;          // --net-ip-forward=set (default: require it to be on)
+  uint32_t connections = 256;           // concurrent connections per sandbox
+  uint32_t new_connections = 50;        // new connections per second per sandbox (burst 2x)
 };
 
 struct DaemonConfig {
@@ -59,6 +73,7 @@ struct DaemonConfig {
   uint32_t session_spares = 1;                    // warm session sandboxes per template in use
   uint64_t max_snapshot_bytes = 256ull << 20;     // data in one snapshot (what Redis holds of it)
   uint64_t setup_timeout_ms = 600000;
+  NetConfig net;
   std::vector<TemplateConfig> templates;  // [0] is "default"
 };
 

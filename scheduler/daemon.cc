@@ -1,5 +1,7 @@
 #include "scheduler/daemon.h"
 
+#include "scheduler/net_firewall.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -355,6 +357,7 @@ void Daemon::OnHeartbeatTimer(evutil_socket_t, short, void* arg) { static_cast<D
 
 void Daemon::Heartbeat() {
   pools_->UpdateGauges();
+  if (firewall_) firewall_->ExportCounters(&metrics_);
   if (!cmd_->connected()) return;
   // Anything that failed on an error reply (not a lost connection) is retried from here.
   ledger_->FlushPending();

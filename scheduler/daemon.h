@@ -41,6 +41,8 @@
 
 namespace sandpool {
 
+class NetFirewall;  // net_firewall.h
+
 class Daemon {
  public:
   Daemon(const DaemonConfig& config, struct event_base* base, SpawnerHandle spawner, CgroupLayout layout);
@@ -56,6 +58,9 @@ class Daemon {
   // Kills keepers and the spawner and removes the cgroups. Call after the loop returned.
   void Stop();
   int exit_code() const { return exit_code_; }
+  // The network table of this daemon's templates (main.cc owns it; it outlives the Daemon), for
+  // its counters. nullptr: no network templates.
+  void SetFirewall(NetFirewall* firewall) { firewall_ = firewall; }
 
  private:
   // A job is read: admit it, then start, park or forward it.
@@ -88,6 +93,7 @@ class Daemon {
   Keys keys_;
 
   Metrics metrics_;
+  NetFirewall* firewall_ = nullptr;
   std::unique_ptr<MetricsServer> http_;
   std::unique_ptr<RedisAsync> cmd_, reader_, sub_;
   std::unique_ptr<Pools> pools_;

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "scheduler/config.h"
 #include "scheduler/daemon.h"
+#include "scheduler/net_firewall.h"
 #include "worker/cgroup.h"
 #include "worker/spawner.h"
 #include "worker/template_build.h"
@@ -49,6 +50,25 @@ int main(int argc, char** argv) {
     LogError("cgroup set-up failed", {{"error", layout.status().message()}});
     return 1;
   }
+  // Network templates: their table is loaded before any keeper can make a slot's link, so a
+  // sandbox is never connected without its rules (scheduler/net_firewall.h).
+  auto net_plan = PlanNetwork(&config);
+  if (!net_plan.ok()) {
+    LogError("network set-up failed", {{"error", net_plan.status().message()}});
+    std::fprintf(stderr, "sandpoold: %s\n", net_plan.status().message().c_str());
+    return 1;
+  }
+  std::unique_ptr<NetFirewall> firewall;
+  if (!net_plan->empty()) {
+    auto fw = NetFirewall::Install(*net_plan, config.net.set_ip_forward);
+    if (!fw.ok()) {
+      LogError("network set-up failed", {{"error", fw.status().message()}});
+      std::fprintf(stderr, "sandpoold: %s\n", fw.status().message().c_str());
+      return 1;
+    }
+    firewall = std::move(fw.value());
+    LogInfo("network table loaded", {{"table", net_plan->table}, {"templates", net_plan->templates.size()}});
+  }
   // The spawner is forked now, while this process has exactly one thread.
   // Template layers: each template with setup commands gets a layer directory named by a hash
   // of its definition; layers not built yet are built now, through the spawner, before anything
@@ -85,6 +105,7 @@ int main(int argc, char** argv) {
     SandboxConfig build = config.templates[b.tmpl].sandbox;
     build.runtime.clear();
     build.layer_writable = true;
+    build.network = SlotNetwork{};  // builds run the operator's setup lines, offline
     b.config_index = static_cast<uint32_t>(templates.size());
     templates.push_back(build);
   }
@@ -118,6 +139,7 @@ int main(int argc, char** argv) {
   int code;
   {
     Daemon daemon(config, base, std::move(spawner.value()), *layout);
+    daemon.SetFirewall(firewall.get());
     s = daemon.Start();
     if (!s.ok()) {
       LogError("start-up failed", {{"error", s.message()}});

@@ -24,6 +24,7 @@
 #include "common/syscalls.h"
 #include "worker/channel.h"
 #include "worker/messages.h"
+#include "worker/netns_setup.h"
 #include "worker/nursery.h"
 #include "worker/rootfs.h"
 #include "worker/sandbox.h"
@@ -54,8 +55,17 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup, UniqueFd* loop_contr
   auto cg = SlotCgroup::Create(a.layout, a.slot, a.config.cgroup);
   if (!cg.ok()) return cg.status().Prefixed("slot cgroup");
   *cgroup = std::move(cg.value());
+  // A network template's slot gets its link to the host (netns_setup.h); the netlink socket
+  // for the host end is opened while this process is still in the host's namespace.
+  std::optional<HostNetlink> host_netlink;
+  if (a.config.network.enabled) {
+    auto h = HostNetlink::Open();
+    if (!h.ok()) return h.status().Prefixed("slot network");
+    host_netlink.emplace(std::move(h.value()));
+  }
   if (::unshare(CLONE_NEWNET) != 0) return ErrnoStatus("unshare(CLONE_NEWNET)");
   SP_RETURN_IF_ERROR(BringUpLoopback());
+  if (host_netlink) SP_RETURN_IF_ERROR(host_netlink->ConnectSlot(a.config.network, a.slot).Prefixed("slot network"));
   if (::unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare(CLONE_NEWNS)");
   return BuildKeeperRoot(a.config, a.slot, a.session, loop_control).Prefixed("sandbox root");
 }

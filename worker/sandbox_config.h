@@ -11,6 +11,14 @@
 
 namespace sandpool {
 
+// A slot's link to the host for templates with network (worker/netns_setup.h). Off: the sandbox
+// has loopback only, as every sandbox had before network policies existed.
+struct SlotNetwork {
+  bool enabled = false;
+  uint32_t pool_base = 0;      // host byte order; slot n: host end pool_base + 2n, sandbox + 1 (/31)
+  std::string host_if_prefix;  // the host end is named this + the slot number (15 bytes at most)
+};
+
 struct SandboxConfig {
   std::string template_name = "default";
   // The interpreter kept warm in each sandbox ("", "sh", "bash", "python", "node"; see zygote.h).
@@ -51,6 +59,7 @@ struct SandboxConfig {
   // Size cap of each sandbox's copy-on-write upper layer (tmpfs), shared by the layer overlay
   // and the prepared-root overlay.
   uint64_t upper_bytes = 64ull << 20;
+  SlotNetwork network;
 };
 
 }  // namespace sandpool

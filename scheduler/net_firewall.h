@@ -1,0 +1,52 @@
+// The daemon's nftables table (scheduler/nft_ruleset.h) in the host's network namespace:
+// loaded with libnftables before the first keeper of a network template exists, removed when
+// the daemon stops. A daemon that crashed leaves its table behind, which only refuses (its
+// slots' links died with their keepers); the next start replaces it in one transaction.
+//
+// Runs on the daemon's thread; each call is one netlink round trip through libnftables (which
+// reads the kernel's ruleset first), so it is kept off the job path: once at start-up, and the
+// counters once per heartbeat.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "metrics/metrics.h"
+#include "scheduler/nft_ruleset.h"
+
+struct nft_ctx;
+
+namespace sandpool {
+
+class NetFirewall {
+ public:
+  // REQUIRES root in the initial user namespace. IPv4 forwarding must be on (routed egress
+  // needs it): with `set_ip_forward` it is turned on, else its being off is an error saying so.
+  static Result<std::unique_ptr<NetFirewall>> Install(const NetPlan& plan, bool set_ip_forward);
+  NetFirewall(const NetFirewall&) = delete;
+  NetFirewall& operator=(const NetFirewall&) = delete;
+  ~NetFirewall();  // removes the table
+
+  // Packets counted so far by the table's named counters (nft_ruleset.h CounterName).
+  Result<std::map<std::string, uint64_t>> ReadCounters();
+
+  // Adds what the counters counted since the last call to `metrics` (refusals by template and
+  // reason, spoofed packets). Once per heartbeat.
+  void ExportCounters(Metrics* metrics);
+
+  const NetPlan& plan() const { return plan_; }
+
+ private:
+  explicit NetFirewall(const NetPlan& plan);
+  // Runs nft commands; the output (text) on success, the error text otherwise.
+  Result<std::string> Run(const std::string& commands);
+
+  NetPlan plan_;
+  struct nft_ctx* nft_ = nullptr;
+  std::map<std::string, uint64_t> exported_;  // counter -> packets already added to metrics
+};
+
+}  // namespace sandpool

@@ -1,0 +1,164 @@
+#include "scheduler/nft_ruleset.h"
+
+#include <net/if.h>
+
+#include <sstream>
+
+namespace sandpool {
+namespace {
+
+// Always refused, whatever a policy says (design 3.4): "this" network, private ranges,
+// CGNAT, loopback, link-local (cloud metadata at 169.254.169.254), IETF protocol assignments,
+// benchmarking, multicast and reserved (broadcast included). Documentation ranges are not here:
+// they are not routed on the internet, and the tests use them as their fake internet.
+constexpr const char* kNever4[] = {
+    "0.0.0.0/8",       "10.0.0.0/8",     "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.0.0.0/24",    "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
+};
+
+std::string Tag(const std::string& prefix, const std::string& consumer) {
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (char c : prefix + "/" + consumer) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 16777619u;
+  }
+  static const char kBase32[] = "abcdefghijklmnopqrstuvwxyz234567";
+  std::string tag;
+  for (int i = 0; i < 3; ++i, h >>= 5) tag += kBase32[h & 31];
+  return tag;
+}
+
+// "a . b" elements of an `ipv4_addr . inet_service` interval set.
+std::string Elements(const std::vector<EgressRule>& rules) {
+  std::string out;
+  for (const EgressRule& r : rules) {
+    std::vector<PortRange> ports = r.ports;
+    if (ports.empty()) ports.push_back(PortRange{});
+    for (const PortRange& p : ports) {
+      if (!out.empty()) out += ", ";
+      out += r.cidr.ToString() + " . " + std::to_string(p.lo);
+      if (p.hi != p.lo) out += "-" + std::to_string(p.hi);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string CounterName(NetCounter kind, uint32_t template_index) {
+  switch (kind) {
+    case NetCounter::kHost: return "host_" + std::to_string(template_index);
+    case NetCounter::kAlways: return "always_" + std::to_string(template_index);
+    case NetCounter::kPolicy: return "policy_" + std::to_string(template_index);
+    case NetCounter::kLimit: return "limit_" + std::to_string(template_index);
+    case NetCounter::kSpoofed: return "spoofed";
+  }
+  return "";
+}
+
+Result<NetPlan> PlanNetwork(DaemonConfig* config) {
+  NetPlan plan;
+  std::string tag = Tag(config->prefix, config->consumer);
+  plan.table = "sandpool_" + tag;
+  plan.if_prefix = "sp" + tag + "-";
+  plan.pool = config->net.pool;
+  plan.connections = config->net.connections;
+  plan.new_connections = config->net.new_connections;
+  // Slot numbers run up to 2 x (max-sandboxes + templates) (pools.h), two addresses each.
+  uint64_t slots = 2ull * (config->max_sandboxes + config->templates.size());
+  uint64_t pool_size = 1ull << (32 - plan.pool.len);
+  for (uint32_t i = 0; i < config->templates.size(); ++i) {
+    TemplateConfig& t = config->templates[i];
+    if (!t.network) continue;
+    if (2 * slots > pool_size) {
+      return Status::Error("--net-pool " + plan.pool.ToString() + " holds " + std::to_string(pool_size / 2) +
+                           " slots; this daemon may use " + std::to_string(slots) + " (2 x (max-sandboxes + templates))");
+    }
+    NetPlan::Template nt{i, t.name, plan.if_prefix + std::to_string(i) + "-", t.egress};
+    if (nt.if_prefix.size() + std::to_string(slots - 1).size() >= IFNAMSIZ) {
+      return Status::Error("too many templates or slots for interface names (" + nt.if_prefix + std::to_string(slots - 1) + ")");
+    }
+    t.sandbox.network = SlotNetwork{true, plan.pool.addr, nt.if_prefix};
+    plan.templates.push_back(std::move(nt));
+  }
+  return plan;
+}
+
+std::string NftDeleteTable(const NetPlan& plan) {
+  // Declaring the table first makes the delete succeed whether or not it exists.
+  return "table inet " + plan.table + "\ndelete table inet " + plan.table + "\n";
+}
+
+std::string NftRuleset(const NetPlan& plan) {
+  const std::string any = "\"" + plan.if_prefix + "*\"";
+  const char* refuse = "goto refuse";
+  std::ostringstream o;
+  o << NftDeleteTable(plan);
+  o << "table inet " << plan.table << " {\n";
+  o << "  set never4 { type ipv4_addr; flags interval; auto-merge; elements = { ";
+  for (const char* c : kNever4) o << c << ", ";
+  o << plan.pool.ToString() << " } }\n";
+  o << "  set conns4 { type ipv4_addr; size 65536; flags dynamic; }\n";
+  o << "  set rate4 { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 60s; }\n";
+  o << "  counter " << CounterName(NetCounter::kSpoofed, 0) << " { }\n";
+  for (const NetPlan::Template& t : plan.templates) {
+    for (NetCounter k : {NetCounter::kHost, NetCounter::kAlways, NetCounter::kPolicy, NetCounter::kLimit}) {
+      o << "  counter " << CounterName(k, t.index) << " { }\n";
+    }
+    o << "  set allow_" << t.index << " { type ipv4_addr . inet_service; flags interval; elements = { "
+      << Elements(t.egress.allow) << " } }\n";
+    if (!t.egress.deny.empty()) {
+      o << "  set deny_" << t.index << " { type ipv4_addr . inet_service; flags interval; elements = { "
+        << Elements(t.egress.deny) << " } }\n";
+    }
+  }
+  // TCP gets a reset (connect() fails at once with ECONNREFUSED); the rest ICMP admin-prohibited.
+  // Not ICMP for TCP: the kernel rate-limits ICMP errors per destination (icmp_ratelimit), so a
+  // burst of refused connects would wait for SYN retransmits, a second each.
+  o << "  chain refuse {\n    meta l4proto tcp reject with tcp reset\n    reject with icmpx admin-prohibited\n  }\n";
+  // To the host itself: nothing (there is no service of sandpool's on the host end yet).
+  o << "  chain input { type filter hook input priority filter; policy accept;\n"
+    << "    iifname " << any << " jump slot_to_host\n  }\n";
+  o << "  chain slot_to_host {\n";
+  for (const NetPlan::Template& t : plan.templates) {
+    o << "    iifname \"" << t.if_prefix << "*\" counter name " << CounterName(NetCounter::kHost, t.index) << " "
+      << refuse << "\n";
+  }
+  o << "    " << refuse << "\n  }\n";
+  o << "  chain forward { type filter hook forward priority filter; policy accept;\n"
+    << "    iifname " << any << " jump from_slot\n"
+    << "    oifname " << any << " jump to_slot\n  }\n";
+  o << "  chain from_slot {\n"
+    << "    meta nfproto ipv6 counter name spoofed drop\n"
+    << "    fib saddr . iif oif missing counter name spoofed drop\n"
+    << "    ct state established,related accept\n"
+    << "    ct state invalid drop\n";
+  for (const NetPlan::Template& t : plan.templates) o << "    iifname \"" << t.if_prefix << "*\" goto t_" << t.index << "\n";
+  o << "    " << refuse << "\n  }\n";
+  // Into a slot only what answers its own connections.
+  o << "  chain to_slot {\n    ct state established,related accept\n    drop\n  }\n";
+  for (const NetPlan::Template& t : plan.templates) {
+    const std::string n = std::to_string(t.index);
+    const std::string policy = "counter name " + CounterName(NetCounter::kPolicy, t.index) + " " + refuse;
+    const std::string always = "counter name " + CounterName(NetCounter::kAlways, t.index) + " " + refuse;
+    const std::string limit = "counter name " + CounterName(NetCounter::kLimit, t.index);
+    o << "  chain t_" << n << " {\n"
+      << "    ip daddr @never4 " << always << "\n"
+      << "    meta l4proto != { tcp, udp } " << policy << "\n"
+      << "    meta l4proto { tcp, udp } th dport { 53, 853 } " << always << "\n";
+    if (!t.egress.deny.empty()) o << "    ip daddr . th dport @deny_" << n << " " << policy << "\n";
+    o << "    ip daddr . th dport @allow_" << n << " goto limit_" << n << "\n"
+      << "    " << policy << "\n  }\n";
+    o << "  chain limit_" << n << " {\n"
+      << "    add @conns4 { ip saddr ct count over " << plan.connections << " } " << limit << " " << refuse << "\n"
+      << "    update @rate4 { ip saddr limit rate over " << plan.new_connections << "/second burst "
+      << 2 * plan.new_connections << " packets } " << limit << " drop\n"
+      << "    accept\n  }\n";
+  }
+  o << "  chain postrouting { type nat hook postrouting priority srcnat; policy accept;\n"
+    << "    ip saddr " << plan.pool.ToString() << " oifname != " << any << " masquerade\n  }\n";
+  o << "}\n";
+  return o.str();
+}
+
+}  // namespace sandpool

@@ -1,0 +1,64 @@
+// The daemon's nftables table for network templates, as text (docs/design/network.md section 3):
+// pure code, no kernel. scheduler/net_firewall.h loads it; tests check it with `nft -c`.
+//
+// One table `inet sandpool_<tag>` in the host namespace. Every slot's host end is named
+// `sp<tag>-<template>-<slot>` (worker/netns_setup.h), so the rules match templates by name
+// prefix and the table never changes while the daemon runs: nothing is done per slot or per
+// job, and a job of a network template starts exactly like any other.
+//
+// What a sandbox of template t gets, in order (the first match decides):
+//   - to any address of the host itself (Redis, metrics, anything listening): refused
+//     (`input`; counter host_t);
+//   - IPv6, or a source address that is not its own: dropped (counter spoofed);
+//   - replies of connections it opened: accepted;
+//   - always-refused destinations (private, loopback, link-local and cloud metadata, CGNAT,
+//     multicast, reserved, and the slot pool itself, so other sandboxes): refused (always_t);
+//   - anything but TCP and UDP, and DNS or DNS-over-TLS to anyone (port 53, 853): refused;
+//   - the template's deny list, then its allow list (address range . port range); no match:
+//     refused (policy_t);
+//   - past the per-sandbox limits (concurrent connections, new connections per second):
+//     refused or dropped (limit_t); otherwise accepted and masqueraded behind the host.
+// A refused TCP connection gets a reset, so connect() fails at once (ECONNREFUSED) instead of
+// hanging until its timeout; other refused packets get ICMP admin-prohibited.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/config.h"
+
+namespace sandpool {
+
+struct NetPlan {
+  std::string table;      // "sandpool_<tag>"
+  std::string if_prefix;  // "sp<tag>-": every slot's host end
+  Cidr pool;
+  uint32_t connections = 0, new_connections = 0;
+  struct Template {
+    uint32_t index = 0;
+    std::string name;
+    std::string if_prefix;  // "sp<tag>-<index>-"
+    EgressPolicy egress;
+  };
+  std::vector<Template> templates;  // network templates only
+  bool empty() const { return templates.empty(); }
+};
+
+// The plan for `config`'s network templates; also fills each one's sandbox.network (what its
+// keepers make). `tag` is 3 characters of a hash of the daemon's prefix and consumer name, so
+// two daemons on one host (each with its own --net-pool) never share names. Errors: a pool too
+// small for every slot number the daemon may use, or names that would not fit an interface.
+Result<NetPlan> PlanNetwork(DaemonConfig* config);
+
+// The whole table, replacing any earlier one of the same name in one transaction.
+std::string NftRuleset(const NetPlan& plan);
+// Removes the table (no error if it is gone).
+std::string NftDeleteTable(const NetPlan& plan);
+
+// The named counters of the table and what they count. `template_index` is -1 for `spoofed`.
+enum class NetCounter { kHost, kAlways, kPolicy, kLimit, kSpoofed };
+std::string CounterName(NetCounter kind, uint32_t template_index);
+
+}  // namespace sandpool

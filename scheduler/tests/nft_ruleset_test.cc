@@ -1,0 +1,90 @@
+#include "scheduler/nft_ruleset.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+namespace sandpool {
+namespace {
+
+Status Parse(const std::string& conf, std::vector<std::string> args, DaemonConfig* c) {
+  std::string path = ::testing::TempDir() + "/net.conf";
+  std::ofstream(path) << conf;
+  args.insert(args.begin(), {"sandpoold", "--config", path, "--consumer", "host-a"});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  bool exit_now;
+  return ParseConfig(static_cast<int>(argv.size()), argv.data(), c, &exit_now);
+}
+
+constexpr const char* kWeb = "[template web]\nruntime = sh\negress = 198.51.100.10:80,443 203.0.113.0/24\negress-deny = 203.0.113.7\n";
+
+TEST(NftRuleset, PlansNamesAndAddressesForNetworkTemplatesOnly) {
+  DaemonConfig c;
+  ASSERT_TRUE(Parse(kWeb, {"--net", "on", "--max-sandboxes", "16"}, &c).ok());
+  auto plan = PlanNetwork(&c);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_EQ(plan->templates.size(), 1u);
+  int web = FindTemplate(c, "web");
+  EXPECT_EQ(plan->templates[0].index, static_cast<uint32_t>(web));
+  EXPECT_EQ(plan->table.rfind("sandpool_", 0), 0u);
+  EXPECT_EQ(plan->table.size(), 12u);
+  const SlotNetwork& n = c.templates[static_cast<size_t>(web)].sandbox.network;
+  EXPECT_TRUE(n.enabled);
+  EXPECT_EQ(n.pool_base, 0x0ac80000u);
+  EXPECT_EQ(n.host_if_prefix, plan->if_prefix + std::to_string(web) + "-");
+  EXPECT_FALSE(c.templates[0].sandbox.network.enabled);  // "default": no egress key
+  // Another daemon on the host names its table and links differently.
+  DaemonConfig other;
+  ASSERT_TRUE(Parse(kWeb, {"--net", "on", "--consumer", "host-b"}, &other).ok());
+  EXPECT_NE(PlanNetwork(&other)->table, plan->table);
+}
+
+TEST(NftRuleset, RefusesAPoolTooSmallForEverySlot) {
+  DaemonConfig c;
+  ASSERT_TRUE(Parse(kWeb, {"--net", "on", "--net-pool", "10.9.0.0/26", "--max-sandboxes", "64"}, &c).ok());
+  auto plan = PlanNetwork(&c);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("--net-pool 10.9.0.0/26 holds 32 slots"), std::string::npos) << plan.status().message();
+}
+
+TEST(NftRuleset, WritesThePolicyAsSetsAndRefusalsBeforeIt) {
+  DaemonConfig c;
+  ASSERT_TRUE(Parse(kWeb, {"--net", "on", "--net-connections", "9", "--net-new-connections", "7"}, &c).ok());
+  auto plan = PlanNetwork(&c);
+  ASSERT_TRUE(plan.ok());
+  std::string text = NftRuleset(*plan);
+  std::string t = std::to_string(plan->templates[0].index);
+  auto has = [&](const std::string& s) { return text.find(s) != std::string::npos; };
+  EXPECT_TRUE(has("elements = { 198.51.100.10/32 . 80, 198.51.100.10/32 . 443, 203.0.113.0/24 . 1-65535 }"));
+  EXPECT_TRUE(has("set deny_" + t + " { type ipv4_addr . inet_service; flags interval; elements = { 203.0.113.7/32 . 1-65535 } }"));
+  EXPECT_TRUE(has("10.200.0.0/16 } }"));  // the pool is always refused: sandbox to sandbox
+  EXPECT_TRUE(has("169.254.0.0/16"));
+  EXPECT_TRUE(has("ct count over 9"));
+  EXPECT_TRUE(has("limit rate over 7/second burst 14 packets"));
+  // Order inside the template's chain: always-refused, then deny, then allow.
+  size_t never = text.find("ip daddr @never4"), deny = text.find("@deny_" + t + " counter"),
+         allow = text.find("@allow_" + t + " goto");
+  EXPECT_LT(never, deny);
+  EXPECT_LT(deny, allow);
+}
+
+// The text is what the kernel's nftables takes: checked (not applied) with `nft -c`, as root.
+TEST(NftRuleset, NftAcceptsTheRuleset) {
+  if (::geteuid() != 0 || std::system("nft --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "needs root and nft";
+  DaemonConfig c;
+  ASSERT_TRUE(Parse(kWeb + std::string("[template api]\negress = 192.0.2.0/24:443\n"), {"--net", "on"}, &c).ok());
+  auto plan = PlanNetwork(&c);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->templates.size(), 2u);
+  std::string path = ::testing::TempDir() + "/ruleset.nft";
+  std::ofstream(path) << NftRuleset(*plan);
+  // In a network namespace of its own: nothing of the host's ruleset is read or touched.
+  EXPECT_EQ(std::system(("unshare -n nft -c -f " + path).c_str()), 0) << NftRuleset(*plan);
+}
+
+}  // namespace
+}  // namespace sandpool

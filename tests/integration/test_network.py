@@ -1,0 +1,239 @@
+"""Network templates end to end (docs/design/network.md; issue 10, CIDR egress): a real daemon in
+a private "test host" network namespace, its sandboxes' links, its nftables table, and a fake
+internet (tests/support/fake_internet.py). No packet leaves this machine: the test host has no
+default route, and every refusal is checked against a second fake host that is not allowed.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from fake_internet import ALLOWED, DENIED, HOST_UPLINK, IN_RANGE, OTHER, PRIVATE, FakeInternet
+from sandpool_harness import SANDPOOL_CLI, Daemon, wait_for
+
+if subprocess.run(["which", "nft"], capture_output=True).returncode != 0:
+    pytest.skip("the nft command (package nftables) checks the table", allow_module_level=True)
+
+METRICS = "127.0.0.1:19464"  # inside the test host's namespace: no clash with anything else
+
+CONF = f"""[template web]
+runtime = sh
+workers = 1
+egress = {ALLOWED}/32:80 203.0.113.0/24
+egress-deny = {DENIED}
+"""
+
+# Runs in the sandbox: one line per target, "<target> ok <last line>" or "<target> <errno name>".
+# "gw" is the sandbox's gateway (the host end of its link).
+PROBE = r"""
+import errno, socket, struct, sys
+routes = [l.split() for l in open("/proc/net/route").read().splitlines()[1:]]
+gw = [socket.inet_ntoa(struct.pack("<I", int(r[2], 16))) for r in routes if r[1] == "00000000"]
+for spec in sys.argv[1:]:
+    host, port = spec.rsplit(":", 1)
+    host = {"gw": gw[0] if gw else "none"}.get(host, host)
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.settimeout(20)
+    try:
+        s.connect((host.strip("[]"), int(port)))
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        data = s.recv(4096).decode(errors="replace").splitlines()
+        print(spec, "ok", data[-1] if data else "")
+    except socket.timeout:
+        print(spec, "TIMEOUT")
+    except OSError as e:
+        print(spec, errno.errorcode.get(e.errno, str(e.errno)))
+    finally:
+        s.close()
+"""
+
+
+@pytest.fixture
+def internet(tmp_path):
+    net = FakeInternet(tmp_path)
+    yield net
+    net.close()
+
+
+def start(redis_server, internet, tmp_path, conf=CONF, extra=()):
+    conf_path = tmp_path / "sandpool.conf"
+    conf_path.write_text(conf)
+    d = Daemon(redis_server.url, workers=1,
+               extra=["--config", str(conf_path), "--net", "on", "--net-ip-forward", "set", *extra])
+    d.args = internet.in_host(d.args)
+    d.args[d.args.index("--metrics-addr") + 1] = METRICS
+    d.start(wait_ready=redis_server.client())
+    return d
+
+
+def stop(d: Daemon, failed: bool = False) -> None:
+    d.stop()
+    d.cleanup(keep_log=failed)
+
+
+def run(redis_server, template, line, check=True):
+    p = subprocess.run([SANDPOOL_CLI, "--redis", redis_server.url, "run", "--template", template, "--shell", line],
+                       capture_output=True, timeout=120)
+    if check:
+        assert p.returncode == 0, (p.stdout, p.stderr)
+    return p.stdout.decode()
+
+
+def probe(redis_server, template, *targets):
+    script = PROBE.replace("'", "'\\''")
+    out = run(redis_server, template, f"python3 -c '{script}' " + " ".join(targets))
+    return dict(line.split(" ", 1) for line in out.splitlines())
+
+
+def metrics(internet) -> str:
+    p = subprocess.run(internet.in_host([sys.executable, "-c",
+                                         f"import urllib.request; print(urllib.request.urlopen('http://{METRICS}/metrics').read().decode())"]),
+                       capture_output=True, text=True, timeout=30)
+    return p.stdout
+
+
+def refusals(internet, reason: str) -> int:
+    prefix = f'sandpool_net_connections_refused_total{{reason="{reason}",template="web"}} '
+    for line in metrics(internet).splitlines():
+        if line.startswith(prefix):
+            return int(float(line[len(prefix):]))
+    return 0
+
+
+def test_allowed_ranges_are_reached_and_everything_else_is_refused_at_once(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path)
+    try:
+        assert "sandpool_" in internet.nft("list", "tables")
+        got = probe(redis_server, "web",
+                    f"{ALLOWED}:80",       # allowed address and port
+                    f"{ALLOWED}:8080",     # allowed address, another port
+                    f"{OTHER}:80",         # a fake internet host nobody allowed
+                    f"{HOST_UPLINK}:6379",  # the host's own address (a canary listens there)
+                    "gw:6379",             # the host end of the sandbox's own link
+                    "127.0.0.1:6379",      # the sandbox's own loopback, not the host's
+                    *(f"{a}:80" for a in PRIVATE),  # private ranges, cloud metadata
+                    f"{IN_RANGE}:80",      # inside an allowed range
+                    f"{DENIED}:80",        # inside an allowed range, but denied
+                    f"{ALLOWED}:53")       # DNS to anyone but sandpool's own resolver
+        assert got[f"{ALLOWED}:80"] == f"ok hello from {ALLOWED}:80"
+        assert got[f"{IN_RANGE}:80"] == f"ok hello from {IN_RANGE}:80"
+        # Refused by the policy: a reset at once (ECONNREFUSED), never a timeout; that nothing
+        # listening did not cause it shows in the servers' logs below.
+        refused = [f"{ALLOWED}:8080", f"{OTHER}:80", f"{HOST_UPLINK}:6379", "gw:6379",
+                   *(f"{a}:80" for a in PRIVATE), f"{DENIED}:80", f"{ALLOWED}:53"]
+        for t in refused:
+            assert got[t] == "ECONNREFUSED", (t, got)
+        assert got["127.0.0.1:6379"] == "ECONNREFUSED"
+        # Nothing but the allowed connection arrived anywhere.
+        assert sorted(internet.connections("inet")) == [f"{ALLOWED}:80 from {HOST_UPLINK}",  # masqueraded
+                                                        f"{IN_RANGE}:80 from {HOST_UPLINK}"]
+        assert internet.connections("host") == []
+        # Refusals are counted by template and reason, never by job.
+        want = {"policy": 3, "host": 2, "always": len(PRIVATE) + 1, "limit": 0}
+        wait_for(lambda: refusals(internet, "policy") >= 3, 30, "the policy refusals in the metrics")
+        assert {r: refusals(internet, r) for r in want} == want
+    finally:
+        stop(d)
+    # The table goes with the daemon.
+    assert "sandpool_" not in internet.nft("list", "tables")
+
+
+def test_a_sandbox_has_no_ipv6_no_raw_sockets_and_cannot_change_its_link(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path)
+    try:
+        got = probe(redis_server, "web", "[2001:db8::10]:80", "[::1]:9")
+        assert got["[2001:db8::10]:80"] == "ENETUNREACH"
+        assert got["[::1]:9"] == "ECONNREFUSED"  # loopback IPv6 works as in any sandbox
+        out = run(redis_server, "web", r"""
+python3 -c '
+import socket
+for fam, typ, proto in ((socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP), (socket.AF_PACKET, socket.SOCK_RAW, 0),
+                        (socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)):
+    try:
+        socket.socket(fam, typ, proto); print("opened")
+    except OSError as e:
+        print(e.errno)
+'
+cat /proc/net/if_inet6 | awk '{print $6}'
+ip addr add 10.200.0.99/31 dev eth0 2>&1 | tail -1 || true
+ip link set eth0 address 02:00:00:00:00:01 2>&1 | tail -1 || true
+""", check=False)
+        # Raw IP: EPERM (no CAP_NET_RAW where the namespace belongs); packet sockets: EPERM (seccomp);
+        # ICMP datagram sockets: EACCES (ping_group_range). IPv6 only on loopback. The link's
+        # address and MAC: EPERM (no CAP_NET_ADMIN).
+        assert out.splitlines() == ["1", "1", "13", "lo"] + ["RTNETLINK answers: Operation not permitted"] * 2, out
+    finally:
+        stop(d)
+
+
+def test_connection_limit_per_sandbox(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path, extra=["--net-connections", "4"])
+    try:
+        out = run(redis_server, "web", f"""python3 -c '
+import errno, socket
+held = []
+for i in range(6):
+    s = socket.socket(); s.settimeout(20)
+    try:
+        s.connect(("{ALLOWED}", 80)); held.append(s); print("ok")
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+'""")
+        assert out.splitlines() == ["ok"] * 4 + ["ECONNREFUSED"] * 2, out
+        wait_for(lambda: refusals(internet, "limit") == 2, 30, "the limit refusals in the metrics")
+    finally:
+        stop(d)
+
+
+def test_no_network_templates_keep_loopback_only(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path)
+    try:
+        got = probe(redis_server, "default", f"{ALLOWED}:80")
+        assert got[f"{ALLOWED}:80"] == "ENETUNREACH"
+        assert run(redis_server, "default", "ls /sys/class/net 2>/dev/null || cat /proc/net/dev | tail -n +3 | cut -d: -f1") \
+            .split() == ["lo"]
+    finally:
+        stop(d)
+
+
+def test_sessions_of_a_network_template_get_its_policy(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path)
+    cli = [SANDPOOL_CLI, "--redis", redis_server.url, "session"]
+    try:
+        p = subprocess.run(cli + ["create", "s-net", "--template", "web"], capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        script = PROBE.replace("'", "'\\''")
+        p = subprocess.run(cli + ["exec", "s-net", "--shell", f"python3 -c '{script}' {ALLOWED}:80 {OTHER}:80"],
+                           capture_output=True, timeout=120)
+        got = dict(line.split(" ", 1) for line in p.stdout.decode().splitlines())
+        assert got == {f"{ALLOWED}:80": f"ok hello from {ALLOWED}:80", f"{OTHER}:80": "ECONNREFUSED"}, p
+        # Another sandbox (a job of the same template) cannot reach a server the session runs,
+        # on any address.
+        p = subprocess.run(cli + ["spawn", "s-net", "--", "python3", "-m", "http.server", "8000"], capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        addr = subprocess.run(cli + ["exec", "s-net", "--shell", "ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1"],
+                              capture_output=True, timeout=60).stdout.decode().strip()
+        wait_for(lambda: subprocess.run(cli + ["exec", "s-net", "--", "python3", "-c",
+                                               "import socket; socket.create_connection(('127.0.0.1', 8000), 5)"],
+                                        capture_output=True, timeout=60).returncode == 0, 30, "the session's server")
+        got = probe(redis_server, "web", f"{addr}:8000")
+        assert got == {f"{addr}:8000": "ECONNREFUSED"}, (addr, got)
+        subprocess.run(cli + ["destroy", "s-net"], capture_output=True, timeout=120)
+    finally:
+        stop(d)
+
+
+@pytest.mark.parametrize("conf,extra,message", [
+    ("[template web]\negress = registry.npmjs.org:443\n", ["--net", "on"], "host-name rules need sandpool's DNS resolver"),
+    ("[template web]\negress = 203.0.113.0/24\n", [], "egress needs the daemon's --net on"),
+    ("[template web]\negress = 10.1.2.3/8\n", ["--net", "on"], "host bits are set"),
+])
+def test_bad_network_configuration_stops_start_up_with_a_clear_error(redis_server, tmp_path, conf, extra, message):
+    conf_path = tmp_path / "sandpool.conf"
+    conf_path.write_text(conf)
+    d = Daemon(redis_server.url, workers=1, extra=["--config", str(conf_path), *extra])
+    p = subprocess.run(d.args, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert message in p.stderr, p.stderr
