@@ -170,6 +170,15 @@ std::optional<std::optional<Cidr>> NarrowerFilter(const std::optional<Cidr>& a, 
 
 }  // namespace
 
+bool EgressRuleMatchesName(const EgressRule& rule, std::string_view name) {
+  switch (rule.kind) {
+    case EgressRule::Kind::kName: return rule.name == name;
+    case EgressRule::Kind::kWildcard: return Below(std::string(name), rule.name);
+    case EgressRule::Kind::kCidr: return false;
+  }
+  return false;
+}
+
 std::string Cidr::ToString() const {
   std::string out;
   AppendCidr(out, *this);

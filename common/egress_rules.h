@@ -65,6 +65,10 @@ Result<EgressRule> ParseEgressRule(std::string_view text);
 // canonicalization) are dropped, order otherwise kept.
 Result<std::vector<EgressRule>> ParseEgressRules(const std::vector<std::string>& texts, std::string_view field);
 
+// Whether a name rule allows resolving `name` (lower case, no trailing dot): the same name for a
+// name rule, a name strictly below for a wildcard. CIDR rules allow no name.
+bool EgressRuleMatchesName(const EgressRule& rule, std::string_view name);
+
 // What `want` asks that `ceiling` allows (section 5.3), or nullopt when nothing:
 //  - names: equal names; a name strictly below a wildcard; the narrower of two nested wildcards;
 //    with address filters, the narrower filter (filters that do not nest: nothing);

@@ -165,6 +165,11 @@ bool Metrics::Build() {
                       .Help("Packets from a sandbox with a source address not its own, or IPv6: dropped")
                       .Register(registry_)
                       .Add({});
+  net_dns_ = &BuildCounter()
+                  .Name("sandpool_net_dns_queries_total")
+                  .Help("DNS questions from network sandboxes, by template and result (allowed, denied, nodata, rebinding, "
+                        "servfail, ratelimited, type, malformed)")
+                  .Register(registry_);
 
   BuildGauge()
       .Name("sandpool_build_info")
@@ -309,6 +314,10 @@ void Metrics::SessionFileBytes(uint64_t bytes) {
 
 void Metrics::NetRefused(std::string_view template_name, std::string_view reason, uint64_t n) {
   if (ok_) net_refused_->Add({{"template", std::string(template_name)}, {"reason", std::string(reason)}}).Increment(static_cast<double>(n));
+}
+
+void Metrics::NetDnsQuery(std::string_view template_name, std::string_view result) {
+  if (ok_) net_dns_->Add({{"template", std::string(template_name)}, {"result", std::string(result)}}).Increment();
 }
 
 void Metrics::NetSpoofed(uint64_t n) {

@@ -97,6 +97,9 @@ class Metrics {
   // sandpool_net_connections_refused_total{template,reason}
   void NetRefused(std::string_view template_name, std::string_view reason, uint64_t n);
   void NetSpoofed(uint64_t n);  // sandpool_net_spoofed_packets_total
+  // sandpool_net_dns_queries_total{template,result}: result is one of the resolver's fixed
+  // outcomes (allowed, denied, nodata, rebinding, servfail, ratelimited, type, malformed).
+  void NetDnsQuery(std::string_view template_name, std::string_view result);
 
   // The registry in Prometheus text format 0.0.4. Never throws; on an internal failure returns a
   // comment line saying so (the scrape then shows no series, which alerts on absence catch).
@@ -138,6 +141,7 @@ class Metrics {
   prometheus::Counter* session_file_bytes_ = nullptr;
   prometheus::Family<prometheus::Counter>* net_refused_ = nullptr;
   prometheus::Counter* net_spoofed_ = nullptr;
+  prometheus::Family<prometheus::Counter>* net_dns_ = nullptr;
 };
 
 }  // namespace sandpool

@@ -176,6 +176,14 @@ const std::vector<Option>& Options() {
        [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 65536, &c->net.connections); }},
       {"net-new-connections", "new connections per second per network sandbox (bursts of twice that)",
        [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 100000, &c->net.new_connections); }},
+      {"net-dns-upstream", "resolvers (IPv4[@port], space-separated) that sandboxes' allowed names are forwarded to (default: the host's /etc/resolv.conf)",
+       [](DaemonConfig* c, const std::string& v) { c->net.dns_upstream = v; return Status::Ok(); }},
+      {"net-dns-ttl-min", "seconds an address resolved for an allowed name stays open, at least (answers' TTLs are clamped)",
+       [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 86400, &c->net.dns_ttl_min); }},
+      {"net-dns-ttl-max", "... and at most",
+       [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 86400, &c->net.dns_ttl_max); }},
+      {"net-dns-qps", "DNS questions per second per network sandbox (bursts of twice that)",
+       [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 100000, &c->net.dns_qps); }},
       {"session-idle-timeout-ms", "a session nothing used this long is stopped, unless it names its own (0: never)",
        Num(+[](DaemonConfig* c) { return &c->session_idle_timeout_ms; })},
       {"setup-timeout-ms", "how long a template's setup may take at start-up", Num(+[](DaemonConfig* c) { return &c->setup_timeout_ms; })},
@@ -289,14 +297,6 @@ Status ApplyTemplateKey(TemplateConfig* t, const std::string& key, const std::st
     for (std::string w; words >> w;) texts.push_back(w);
     auto rules = ParseEgressRules(texts, key);
     if (!rules.ok()) return rules.status();
-    for (const EgressRule& r : *rules) {
-      // Names are enforced through the DNS resolver sandpool gives the sandbox (design, section
-      // 4), which is not built yet: refused here rather than silently unenforced.
-      if (r.kind != EgressRule::Kind::kCidr) {
-        return Status::Error("'" + r.ToString() + "': host-name rules need sandpool's DNS resolver, which this version "
-                             "does not have yet; write the addresses as CIDRs (203.0.113.0/24:443)");
-      }
-    }
     if (rules->empty()) return Status::Error("needs at least one rule (no egress key: no network)");
     auto& list = key == "egress" ? t->egress.allow : t->egress.deny;
     list.insert(list.end(), rules->begin(), rules->end());
@@ -352,6 +352,7 @@ Status BuildTemplates(DaemonConfig* c,
     if (!t.egress.deny.empty() && !t.network) {
       return Status::Error("[template " + t.name + "] egress-deny without egress: the template has no network to deny");
     }
+    if (c->net.dns_ttl_min > c->net.dns_ttl_max) return Status::Error("--net-dns-ttl-min is above --net-dns-ttl-max");
     if (t.network && !c->net.on) {
       return Status::Error("[template " + t.name + "] egress needs the daemon's --net on (docs/design/network.md)");
     }

@@ -40,6 +40,9 @@ struct NetConfig {
   bool set_ip_forward = false;          // --net-ip-forward=set (default: require it to be on)
   uint32_t connections = 256;           // concurrent connections per sandbox
   uint32_t new_connections = 50;        // new connections per second per sandbox (burst 2x)
+  std::string dns_upstream;             // resolvers names are forwarded to ("": the host's resolv.conf)
+  uint32_t dns_ttl_min = 300, dns_ttl_max = 3600;  // how long a resolved address stays open (s)
+  uint32_t dns_qps = 50;                // DNS questions per second per sandbox (burst 2x)
 };
 
 struct DaemonConfig {

@@ -1,5 +1,6 @@
 #include "scheduler/daemon.h"
 
+#include "scheduler/dns_proxy.h"
 #include "scheduler/net_firewall.h"
 
 #include <signal.h>
@@ -39,6 +40,7 @@ Daemon::~Daemon() {
 Status Daemon::Start() {
   started_ms_ = WallMs();
   waiting_.resize(config_.templates.size());
+  if (dns_) SP_RETURN_IF_ERROR(dns_->Start(base_, firewall_, &metrics_).Prefixed("network templates' resolver"));
   if (config_.metrics_addr != "off" && !config_.metrics_addr.empty()) {
     auto server = MetricsServer::Start(base_, config_.metrics_addr, &metrics_, [this](std::string* why) {
       if (draining_) { *why = "draining"; return false; }

@@ -42,6 +42,7 @@
 namespace sandpool {
 
 class NetFirewall;  // net_firewall.h
+class DnsProxy;     // dns_proxy.h
 
 class Daemon {
  public:
@@ -58,9 +59,13 @@ class Daemon {
   // Kills keepers and the spawner and removes the cgroups. Call after the loop returned.
   void Stop();
   int exit_code() const { return exit_code_; }
-  // The network table of this daemon's templates (main.cc owns it; it outlives the Daemon), for
-  // its counters. nullptr: no network templates.
-  void SetFirewall(NetFirewall* firewall) { firewall_ = firewall; }
+  // The network table of this daemon's templates and their resolver (main.cc owns both; they
+  // outlive the Daemon): Start starts the resolver on the loop, the heartbeat exports the
+  // table's counters. nullptr: no network templates.
+  void SetNetwork(NetFirewall* firewall, DnsProxy* dns) {
+    firewall_ = firewall;
+    dns_ = dns;
+  }
 
  private:
   // A job is read: admit it, then start, park or forward it.
@@ -94,6 +99,7 @@ class Daemon {
 
   Metrics metrics_;
   NetFirewall* firewall_ = nullptr;
+  DnsProxy* dns_ = nullptr;
   std::unique_ptr<MetricsServer> http_;
   std::unique_ptr<RedisAsync> cmd_, reader_, sub_;
   std::unique_ptr<Pools> pools_;

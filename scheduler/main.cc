@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "scheduler/config.h"
 #include "scheduler/daemon.h"
+#include "scheduler/dns_proxy.h"
 #include "scheduler/net_firewall.h"
 #include "worker/cgroup.h"
 #include "worker/spawner.h"
@@ -59,7 +60,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<NetFirewall> firewall;
+  std::unique_ptr<DnsProxy> dns;
   if (!net_plan->empty()) {
+    // The resolver's ports go into the table, so its sockets come first.
+    auto bound = DnsProxy::Bind(&net_plan.value(),
+                                DnsOptions{config.net.dns_upstream, config.net.dns_ttl_min, config.net.dns_ttl_max, config.net.dns_qps});
+    if (!bound.ok()) {
+      LogError("network set-up failed", {{"error", bound.status().message()}});
+      std::fprintf(stderr, "sandpoold: %s\n", bound.status().message().c_str());
+      return 1;
+    }
+    dns = std::move(bound.value());
     auto fw = NetFirewall::Install(*net_plan, config.net.set_ip_forward);
     if (!fw.ok()) {
       LogError("network set-up failed", {{"error", fw.status().message()}});
@@ -139,7 +150,7 @@ int main(int argc, char** argv) {
   int code;
   {
     Daemon daemon(config, base, std::move(spawner.value()), *layout);
-    daemon.SetFirewall(firewall.get());
+    daemon.SetNetwork(firewall.get(), dns.get());
     s = daemon.Start();
     if (!s.ok()) {
       LogError("start-up failed", {{"error", s.message()}});
@@ -151,6 +162,7 @@ int main(int argc, char** argv) {
       code = daemon.exit_code();
     }
   }
+  dns.reset();  // its events and libunbound's live on the base
   event_base_free(base);
   return code;
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/clock.h"
 #include "common/fd.h"
 #include "common/log.h"
 
@@ -81,6 +82,35 @@ Result<std::map<std::string, uint64_t>> NetFirewall::ReadCounters() {
     }
   }
   return out;
+}
+
+Status NetFirewall::OpenAddresses(uint32_t template_index, const std::vector<DynElement>& elements,
+                                  const std::vector<PortRange>& ports) {
+  int64_t now = MonotonicUs();
+  std::string port_key;
+  for (const PortRange& p : ports) port_key += std::to_string(p.lo) + "-" + std::to_string(p.hi) + ",";
+  std::vector<DynElement> todo;
+  bool replace = false;
+  for (const DynElement& e : elements) {
+    std::string key = std::to_string(template_index) + "/" + std::to_string(e.addr) + "/" + port_key;
+    int64_t until = now + int64_t{e.timeout_s} * 1000000;
+    auto it = open_until_.find(key);
+    if (it != open_until_.end() && it->second > now) {
+      if (it->second >= until) continue;  // already open at least this long
+      replace = true;
+    }
+    todo.push_back(e);
+    open_until_[key] = until;
+  }
+  if (todo.empty()) return Status::Ok();
+  if (open_until_.size() > 65536) {  // forget what has expired
+    std::erase_if(open_until_, [now](const auto& kv) { return kv.second <= now; });
+  }
+  auto r = Run(NftOpenAddresses(plan_, template_index, todo, ports, replace));
+  // The kernel may have expired an element we thought open (its clock, not ours): then the
+  // delete fails the whole transaction, and adding alone is right.
+  if (!r.ok() && replace) r = Run(NftOpenAddresses(plan_, template_index, todo, ports, false));
+  return r.ok() ? Status::Ok() : r.status();
 }
 
 void NetFirewall::ExportCounters(Metrics* metrics) {

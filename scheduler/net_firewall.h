@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "metrics/metrics.h"
@@ -33,6 +34,12 @@ class NetFirewall {
   // Packets counted so far by the table's named counters (nft_ruleset.h CounterName).
   Result<std::map<std::string, uint64_t>> ReadCounters();
 
+  // Opens `elements` (DNS answers) in template `template_index`'s dyn set on `ports` (empty:
+  // all), each until its timeout; an element already open longer is left alone, one open
+  // shorter gets the new timeout. One transaction: when it returns, connects to them pass.
+  Status OpenAddresses(uint32_t template_index, const std::vector<DynElement>& elements,
+                       const std::vector<PortRange>& ports);
+
   // Adds what the counters counted since the last call to `metrics` (refusals by template and
   // reason, spoofed packets). Once per heartbeat.
   void ExportCounters(Metrics* metrics);
@@ -47,6 +54,8 @@ class NetFirewall {
   NetPlan plan_;
   struct nft_ctx* nft_ = nullptr;
   std::map<std::string, uint64_t> exported_;  // counter -> packets already added to metrics
+  // (template, address, ports) -> when its dyn element expires (MonotonicUs), as we set it.
+  std::map<std::string, int64_t> open_until_;
 };
 
 }  // namespace sandpool

@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "common/egress_rules.h"
+
 namespace sandpool {
 namespace {
 
@@ -64,6 +66,8 @@ Result<NetPlan> PlanNetwork(DaemonConfig* config) {
   plan.pool = config->net.pool;
   plan.connections = config->net.connections;
   plan.new_connections = config->net.new_connections;
+  for (const char* c : kNever4) plan.never.push_back(ParseEgressRule(c)->cidr);
+  plan.never.push_back(plan.pool);
   // Slot numbers run up to 2 x (max-sandboxes + templates) (pools.h), two addresses each.
   uint64_t slots = 2ull * (config->max_sandboxes + config->templates.size());
   uint64_t pool_size = 1ull << (32 - plan.pool.len);
@@ -84,6 +88,33 @@ Result<NetPlan> PlanNetwork(DaemonConfig* config) {
   return plan;
 }
 
+bool AlwaysRefused(const NetPlan& plan, uint32_t addr) {
+  for (const Cidr& c : plan.never) {
+    if (c.Contains(Cidr{addr, 32})) return true;
+  }
+  return false;
+}
+
+std::string NftOpenAddresses(const NetPlan& plan, uint32_t template_index, const std::vector<DynElement>& elements,
+                             const std::vector<PortRange>& ports, bool replace) {
+  std::vector<PortRange> all = ports;
+  if (all.empty()) all.push_back(PortRange{});
+  std::string keys, with_timeouts;
+  for (const DynElement& e : elements) {
+    std::string addr = Cidr{e.addr, 32}.ToString();
+    addr.resize(addr.size() - 3);  // no "/32": a plain address
+    for (const PortRange& p : all) {
+      std::string key = addr + " . " + std::to_string(p.lo) + (p.hi != p.lo ? "-" + std::to_string(p.hi) : "");
+      keys += (keys.empty() ? "" : ", ") + key;
+      with_timeouts += (with_timeouts.empty() ? "" : ", ") + key + " timeout " + std::to_string(e.timeout_s) + "s";
+    }
+  }
+  std::string set = "inet " + plan.table + " dyn_" + std::to_string(template_index);
+  std::string out;
+  if (replace) out += "delete element " + set + " { " + keys + " }\n";
+  return out + "add element " + set + " { " + with_timeouts + " }\n";
+}
+
 std::string NftDeleteTable(const NetPlan& plan) {
   // Declaring the table first makes the delete succeed whether or not it exists.
   return "table inet " + plan.table + "\ndelete table inet " + plan.table + "\n";
@@ -96,8 +127,8 @@ std::string NftRuleset(const NetPlan& plan) {
   o << NftDeleteTable(plan);
   o << "table inet " << plan.table << " {\n";
   o << "  set never4 { type ipv4_addr; flags interval; auto-merge; elements = { ";
-  for (const char* c : kNever4) o << c << ", ";
-  o << plan.pool.ToString() << " } }\n";
+  for (size_t i = 0; i < plan.never.size(); ++i) o << (i ? ", " : "") << plan.never[i].ToString();
+  o << " } }\n";
   o << "  set conns4 { type ipv4_addr; size 65536; flags dynamic; }\n";
   o << "  set rate4 { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 60s; }\n";
   o << "  counter " << CounterName(NetCounter::kSpoofed, 0) << " { }\n";
@@ -107,6 +138,7 @@ std::string NftRuleset(const NetPlan& plan) {
     }
     o << "  set allow_" << t.index << " { type ipv4_addr . inet_service; flags interval; elements = { "
       << Elements(t.egress.allow) << " } }\n";
+    o << "  set dyn_" << t.index << " { type ipv4_addr . inet_service; flags interval,timeout; }\n";
     if (!t.egress.deny.empty()) {
       o << "  set deny_" << t.index << " { type ipv4_addr . inet_service; flags interval; elements = { "
         << Elements(t.egress.deny) << " } }\n";
@@ -116,10 +148,33 @@ std::string NftRuleset(const NetPlan& plan) {
   // Not ICMP for TCP: the kernel rate-limits ICMP errors per destination (icmp_ratelimit), so a
   // burst of refused connects would wait for SYN retransmits, a second each.
   o << "  chain refuse {\n    meta l4proto tcp reject with tcp reset\n    reject with icmpx admin-prohibited\n  }\n";
-  // To the host itself: nothing (there is no service of sandpool's on the host end yet).
+  // DNS from a slot, to whatever address, goes to its template's resolver (a redirect: to the
+  // host end's address, on the resolver's port).
+  o << "  chain prerouting { type nat hook prerouting priority dstnat; policy accept;\n";
+  for (const NetPlan::Template& t : plan.templates) {
+    if (t.dns_port == 0) continue;
+    for (const char* proto : {"udp", "tcp"}) {
+      o << "    iifname \"" << t.if_prefix << "*\" meta nfproto ipv4 " << proto << " dport 53 redirect to :" << t.dns_port
+        << "\n";
+    }
+  }
+  o << "  }\n";
+  // To the host itself: only a slot's own template's resolver, reached through that redirect.
+  // The resolvers' ports take nothing from anywhere else.
+  std::string dns_ports;
+  for (const NetPlan::Template& t : plan.templates) {
+    if (t.dns_port) dns_ports += (dns_ports.empty() ? "" : ", ") + std::to_string(t.dns_port);
+  }
   o << "  chain input { type filter hook input priority filter; policy accept;\n"
-    << "    iifname " << any << " jump slot_to_host\n  }\n";
+    << "    iifname " << any << " jump slot_to_host\n";
+  if (!dns_ports.empty()) o << "    meta l4proto { udp, tcp } th dport { " << dns_ports << " } drop\n";
+  o << "  }\n";
   o << "  chain slot_to_host {\n";
+  for (const NetPlan::Template& t : plan.templates) {
+    if (t.dns_port == 0) continue;
+    o << "    iifname \"" << t.if_prefix << "*\" meta l4proto { udp, tcp } th dport " << t.dns_port
+      << " ct status dnat accept\n";
+  }
   for (const NetPlan::Template& t : plan.templates) {
     o << "    iifname \"" << t.if_prefix << "*\" counter name " << CounterName(NetCounter::kHost, t.index) << " "
       << refuse << "\n";
@@ -145,9 +200,10 @@ std::string NftRuleset(const NetPlan& plan) {
     o << "  chain t_" << n << " {\n"
       << "    ip daddr @never4 " << always << "\n"
       << "    meta l4proto != { tcp, udp } " << policy << "\n"
-      << "    meta l4proto { tcp, udp } th dport { 53, 853 } " << always << "\n";
+      << "    meta l4proto { tcp, udp } th dport { 53, 853 } " << always << "\n";  // 53: only without a resolver
     if (!t.egress.deny.empty()) o << "    ip daddr . th dport @deny_" << n << " " << policy << "\n";
     o << "    ip daddr . th dport @allow_" << n << " goto limit_" << n << "\n"
+      << "    ip daddr . th dport @dyn_" << n << " goto limit_" << n << "\n"
       << "    " << policy << "\n  }\n";
     o << "  chain limit_" << n << " {\n"
       << "    add @conns4 { ip saddr ct count over " << plan.connections << " } " << limit << " " << refuse << "\n"

@@ -13,9 +13,13 @@
 //   - replies of connections it opened: accepted;
 //   - always-refused destinations (private, loopback, link-local and cloud metadata, CGNAT,
 //     multicast, reserved, and the slot pool itself, so other sandboxes): refused (always_t);
-//   - anything but TCP and UDP, and DNS or DNS-over-TLS to anyone (port 53, 853): refused;
-//   - the template's deny list, then its allow list (address range . port range); no match:
-//     refused (policy_t);
+//   - DNS (port 53, UDP and TCP) to any address: redirected to the daemon's resolver for the
+//     template (scheduler/dns_proxy.h), on a port of its own per template; the only thing on the
+//     host a sandbox may reach, and only this way (nothing else reaches those ports);
+//   - anything but TCP and UDP, and DNS-over-TLS to anyone (port 853): refused;
+//   - the template's deny list, then its allow list (address range . port range), then the
+//     addresses its resolver answered for allowed names (set dyn_t, each element with the
+//     answer's TTL); no match: refused (policy_t);
 //   - past the per-sandbox limits (concurrent connections, new connections per second):
 //     refused or dropped (limit_t); otherwise accepted and masqueraded behind the host.
 // A refused TCP connection gets a reset, so connect() fails at once (ECONNREFUSED) instead of
@@ -41,8 +45,10 @@ struct NetPlan {
     std::string name;
     std::string if_prefix;  // "sp<tag>-<index>-"
     EgressPolicy egress;
+    uint16_t dns_port = 0;  // the template's resolver (set once its sockets are bound)
   };
   std::vector<Template> templates;  // network templates only
+  std::vector<Cidr> never;          // always refused: fixed ranges and the pool itself
   bool empty() const { return templates.empty(); }
 };
 
@@ -56,6 +62,19 @@ Result<NetPlan> PlanNetwork(DaemonConfig* config);
 std::string NftRuleset(const NetPlan& plan);
 // Removes the table (no error if it is gone).
 std::string NftDeleteTable(const NetPlan& plan);
+
+// Whether `addr` (host byte order) is in plan.never: no policy can allow it.
+bool AlwaysRefused(const NetPlan& plan, uint32_t addr);
+
+// Elements to open in template `t`'s dyn set: each address with each port range (none: all
+// ports), with its timeout. One transaction. `replace` deletes the same elements first (an
+// element's timeout cannot be changed in place on every kernel).
+struct DynElement {
+  uint32_t addr = 0;
+  uint32_t timeout_s = 0;
+};
+std::string NftOpenAddresses(const NetPlan& plan, uint32_t template_index, const std::vector<DynElement>& elements,
+                             const std::vector<PortRange>& ports, bool replace);
 
 // The named counters of the table and what they count. `template_index` is -1 for `spoofed`.
 enum class NetCounter { kHost, kAlways, kPolicy, kLimit, kSpoofed };

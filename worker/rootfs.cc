@@ -130,8 +130,16 @@ Status BuildEtc(const SandboxConfig& config, const std::string& etc, bool copy) 
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/group", "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n"));
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/hosts", "127.0.0.1\tlocalhost " + config.hostname + "\n::1\tlocalhost\n"));
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/hostname", config.hostname + "\n"));
-  SP_RETURN_IF_ERROR(WriteNewFile(etc + "/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"));
-  SP_RETURN_IF_ERROR(WriteNewFile(etc + "/resolv.conf", ""));
+  // A network template's sandboxes resolve through its resolver (scheduler/dns_proxy.h). Every
+  // DNS packet from them is redirected to it whatever its address; this one (the pool's first)
+  // is routed through the slot's link like any other.
+  const SlotNetwork& net = config.network;
+  std::string resolver = std::to_string(net.pool_base >> 24) + "." + std::to_string((net.pool_base >> 16) & 255) + "." +
+                         std::to_string((net.pool_base >> 8) & 255) + "." + std::to_string(net.pool_base & 255);
+  SP_RETURN_IF_ERROR(WriteNewFile(etc + "/nsswitch.conf",
+                                  std::string("passwd: files\ngroup: files\nhosts: files") + (net.enabled ? " dns\n" : "\n")));
+  SP_RETURN_IF_ERROR(WriteNewFile(etc + "/resolv.conf",
+                                  net.enabled ? "nameserver " + resolver + "\noptions attempts:2 timeout:2\n" : ""));
   std::vector<std::string> names(std::begin(kEtcFromHost), std::end(kEtcFromHost));
   // Per-interpreter configuration directories (Debian's /etc/python3.11 holds sitecustomize).
   glob_t g;

@@ -43,6 +43,19 @@ TEST(NftRuleset, PlansNamesAndAddressesForNetworkTemplatesOnly) {
   EXPECT_NE(PlanNetwork(&other)->table, plan->table);
 }
 
+TEST(NftRuleset, AlwaysRefusedCoversPrivateRangesAndThePool) {
+  DaemonConfig c;
+  ASSERT_TRUE(Parse(kWeb, {"--net", "on", "--net-pool", "100.127.0.0/20"}, &c).ok());
+  auto plan = PlanNetwork(&c);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(AlwaysRefused(*plan, 0xa9fea9fe));   // 169.254.169.254
+  EXPECT_TRUE(AlwaysRefused(*plan, 0x7f000001));   // 127.0.0.1
+  EXPECT_TRUE(AlwaysRefused(*plan, 0xc0a80101));   // 192.168.1.1
+  EXPECT_TRUE(AlwaysRefused(*plan, 0x647f0003));   // in the pool (also CGNAT)
+  EXPECT_FALSE(AlwaysRefused(*plan, 0xc6336414));  // 198.51.100.20
+  EXPECT_FALSE(AlwaysRefused(*plan, 0x08080808));
+}
+
 TEST(NftRuleset, RefusesAPoolTooSmallForEverySlot) {
   DaemonConfig c;
   ASSERT_TRUE(Parse(kWeb, {"--net", "on", "--net-pool", "10.9.0.0/26", "--max-sandboxes", "64"}, &c).ok());
@@ -80,10 +93,19 @@ TEST(NftRuleset, NftAcceptsTheRuleset) {
   auto plan = PlanNetwork(&c);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->templates.size(), 2u);
+  plan->templates[0].dns_port = 35353;  // as DnsProxy::Bind sets them
+  plan->templates[1].dns_port = 35354;
   std::string path = ::testing::TempDir() + "/ruleset.nft";
   std::ofstream(path) << NftRuleset(*plan);
-  // In a network namespace of its own: nothing of the host's ruleset is read or touched.
-  EXPECT_EQ(std::system(("unshare -n nft -c -f " + path).c_str()), 0) << NftRuleset(*plan);
+  // Loaded (and then a resolver's answer opened twice, the second time replacing the first) in
+  // a network namespace of its own: nothing of the host's ruleset is read or touched.
+  std::string open = ::testing::TempDir() + "/open.nft";
+  std::ofstream(open) << NftOpenAddresses(*plan, plan->templates[1].index, {{0xc6336414, 30}}, {PortRange{443, 443}}, false);
+  std::string again = ::testing::TempDir() + "/again.nft";
+  std::ofstream(again) << NftOpenAddresses(*plan, plan->templates[1].index, {{0xc6336414, 60}}, {PortRange{443, 443}}, true);
+  std::string cmd = "unshare -n sh -c 'nft -f " + path + " && nft -f " + open + " && nft -f " + again + " && nft list set inet " +
+                    plan->table + " dyn_" + std::to_string(plan->templates[1].index) + " | grep -q \"198.51.100.20 . 443 timeout 1m\"'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << NftRuleset(*plan);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fake_internet import ALLOWED, DENIED, HOST_UPLINK, IN_RANGE, OTHER, PRIVATE, FakeInternet
+from fake_internet import ALLOWED, DENIED, DNS_SERVER, HOST_UPLINK, IN_RANGE, OTHER, PRIVATE, FakeInternet
 from sandpool_harness import SANDPOOL_CLI, Daemon, wait_for
 
 if subprocess.run(["which", "nft"], capture_output=True).returncode != 0:
@@ -21,7 +21,8 @@ CONF = f"""[template web]
 runtime = sh
 workers = 1
 egress = {ALLOWED}/32:80 203.0.113.0/24
-egress-deny = {DENIED}
+egress = registry.npm.example:80 www.npm.example:80 *.cdn.example:80 rebind.npm.example meta.npm.example hostaddr.npm.example
+egress-deny = {DENIED} evil.cdn.example
 """
 
 # Runs in the sandbox: one line per target, "<target> ok <last line>" or "<target> <errno name>".
@@ -61,7 +62,8 @@ def start(redis_server, internet, tmp_path, conf=CONF, extra=()):
     conf_path = tmp_path / "sandpool.conf"
     conf_path.write_text(conf)
     d = Daemon(redis_server.url, workers=1,
-               extra=["--config", str(conf_path), "--net", "on", "--net-ip-forward", "set", *extra])
+               extra=["--config", str(conf_path), "--net", "on", "--net-ip-forward", "set",
+                      "--net-dns-upstream", DNS_SERVER, *extra])
     d.args = internet.in_host(d.args)
     d.args[d.args.index("--metrics-addr") + 1] = METRICS
     d.start(wait_ready=redis_server.client())
@@ -116,13 +118,13 @@ def test_allowed_ranges_are_reached_and_everything_else_is_refused_at_once(redis
                     *(f"{a}:80" for a in PRIVATE),  # private ranges, cloud metadata
                     f"{IN_RANGE}:80",      # inside an allowed range
                     f"{DENIED}:80",        # inside an allowed range, but denied
-                    f"{ALLOWED}:53")       # DNS to anyone but sandpool's own resolver
+                    f"{ALLOWED}:853")      # DNS over TLS to anyone
         assert got[f"{ALLOWED}:80"] == f"ok hello from {ALLOWED}:80"
         assert got[f"{IN_RANGE}:80"] == f"ok hello from {IN_RANGE}:80"
         # Refused by the policy: a reset at once (ECONNREFUSED), never a timeout; that nothing
         # listening did not cause it shows in the servers' logs below.
         refused = [f"{ALLOWED}:8080", f"{OTHER}:80", f"{HOST_UPLINK}:6379", "gw:6379",
-                   *(f"{a}:80" for a in PRIVATE), f"{DENIED}:80", f"{ALLOWED}:53"]
+                   *(f"{a}:80" for a in PRIVATE), f"{DENIED}:80", f"{ALLOWED}:853"]
         for t in refused:
             assert got[t] == "ECONNREFUSED", (t, got)
         assert got["127.0.0.1:6379"] == "ECONNREFUSED"
@@ -225,8 +227,124 @@ def test_sessions_of_a_network_template_get_its_policy(redis_server, internet, t
         stop(d)
 
 
+# Runs in the sandbox: one line per name, "<name> <addresses>" or "<name> <gaierror name>", then
+# for names that resolved, whether port 80 answers by name.
+RESOLVE = r"""
+import socket, sys
+for name in sys.argv[1:]:
+    try:
+        addrs = sorted({a[4][0] for a in socket.getaddrinfo(name, 80, socket.AF_INET, socket.SOCK_STREAM)})
+    except socket.gaierror as e:
+        names = {socket.EAI_NONAME: "EAI_NONAME", socket.EAI_AGAIN: "EAI_AGAIN", socket.EAI_FAIL: "EAI_FAIL"}
+        print(name, names.get(e.errno, e.errno)); continue
+    try:
+        s = socket.create_connection((name, 80), 20); s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        print(name, ",".join(addrs), s.recv(4096).decode().splitlines()[-1]); s.close()
+    except OSError as e:
+        import errno; print(name, ",".join(addrs), errno.errorcode.get(e.errno, e.errno))
+"""
+
+
+def resolve(redis_server, template, *names):
+    script = RESOLVE.replace("'", "'\\''")
+    out = run(redis_server, template, f"python3 -c '{script}' " + " ".join(names))
+    return dict(line.split(" ", 1) for line in out.splitlines())
+
+
+def test_allowed_names_resolve_through_sandpool_and_open_only_what_they_answered(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path)
+    try:
+        # Before anything resolved it, the wildcard's address is closed.
+        assert probe(redis_server, "web", f"{OTHER}:80") == {f"{OTHER}:80": "ECONNREFUSED"}
+        got = resolve(redis_server, "web", "registry.npm.example", "www.npm.example", "a.cdn.example",
+                      "other.example", "evil.cdn.example", "cdn.example", "nosuch.cdn.example")
+        assert got["registry.npm.example"] == f"{ALLOWED} hello from {ALLOWED}:80"
+        assert got["www.npm.example"] == f"{ALLOWED} hello from {ALLOWED}:80"      # through its CNAME
+        assert got["a.cdn.example"] == f"{OTHER} hello from {OTHER}:80"           # wildcard: opened by the answer
+        # Not allowed, denied though under the wildcard, the wildcard's own apex: "not found"
+        # at once, answered by sandpool and never asked upstream.
+        for name in ("other.example", "evil.cdn.example", "cdn.example"):
+            assert got[name] == "EAI_NONAME", (name, got)
+        assert got["nosuch.cdn.example"] == "EAI_NONAME"  # allowed, but upstream has no such name
+        asked = internet.dns_queries()
+        assert "other.example" not in asked and "evil.cdn.example" not in asked and "cdn.example" not in asked, asked
+        assert "a.cdn.example" in asked and "nosuch.cdn.example" in asked
+        # AAAA is never asked upstream (sandboxes have no IPv6): only A questions leave.
+        assert all(not q.startswith("AAAA") for q in asked)
+        # An allowed name opens its address on the rule's ports only.
+        assert probe(redis_server, "web", f"{ALLOWED}:8080") == {f"{ALLOWED}:8080": "ECONNREFUSED"}
+        wait_for(lambda: 'sandpool_net_dns_queries_total{result="denied",template="web"} 3' in metrics(internet),
+                 30, "the denied names in the metrics")
+    finally:
+        stop(d)
+
+
+def test_dns_rebinding_tunnelling_and_other_resolvers(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path)
+    try:
+        got = resolve(redis_server, "web", "rebind.npm.example", "meta.npm.example", "hostaddr.npm.example")
+        # An allowed name answering a private or metadata address: refused, nothing opened.
+        assert got["rebind.npm.example"] in ("EAI_AGAIN", "EAI_FAIL"), got
+        assert got["meta.npm.example"] in ("EAI_AGAIN", "EAI_FAIL"), got
+        # ... answering the host's own address: resolvable, but the host stays unreachable.
+        assert got["hostaddr.npm.example"] == f"{HOST_UPLINK} ECONNREFUSED", got
+        assert internet.connections("host") == []
+        assert probe(redis_server, "web", "10.0.0.1:80", "169.254.169.254:80") == \
+            {"10.0.0.1:80": "ECONNREFUSED", "169.254.169.254:80": "ECONNREFUSED"}
+        # Tunnelling: names under a denied zone, TXT for an allowed one, and DNS sent straight to
+        # another resolver over UDP and TCP: all answered by sandpool, nothing reaches dnsmasq.
+        out = run(redis_server, "web", f"""python3 -c '
+import random, socket, struct
+def query(name, qtype):
+    q = struct.pack(">HHHHHH", random.randrange(65536), 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\\0" + struct.pack(">HH", qtype, 1)
+    return q
+def rcode(reply): return reply[3] & 15
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(10)
+codes = []
+for i in range(40):
+    u.sendto(query("x%08x.exfil.example" % random.randrange(1 << 32), 1), ("{DNS_SERVER}", 53))
+    codes.append(rcode(u.recv(4096)))
+print("udp", sorted(set(codes)))
+u.sendto(query("registry.npm.example", 16), ("{DNS_SERVER}", 53)); print("txt", rcode(u.recv(4096)))
+t = socket.create_connection(("{DNS_SERVER}", 53), 10)
+q = query("registry.npm.example", 1); t.sendall(struct.pack(">H", len(q)) + q)
+n = struct.unpack(">H", t.recv(2))[0]; r = t.recv(n)
+print("tcp", rcode(r), socket.inet_ntoa(r[-4:]))
+'""")
+        assert out.splitlines() == ["udp [3]", "txt 5", f"tcp 0 {ALLOWED}"], out
+        asked = internet.dns_queries()
+        assert not any("exfil" in q or q.startswith("TXT") for q in asked), asked
+    finally:
+        stop(d)
+
+
+def test_a_resolved_address_closes_after_its_ttl(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path, extra=["--net-dns-ttl-min", "2", "--net-dns-ttl-max", "2"])
+    try:
+        out = run(redis_server, "web", f"""python3 -c '
+import errno, socket, time
+def connect():
+    s = socket.socket(); s.settimeout(20)
+    try:
+        s.connect(("{OTHER}", 80)); return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+    finally:
+        s.close()
+print(connect())
+socket.getaddrinfo("a.cdn.example", 80, socket.AF_INET)
+print(connect())
+time.sleep(3.5)
+print(connect())
+'""")
+        assert out.split() == ["ECONNREFUSED", "ok", "ECONNREFUSED"], out
+    finally:
+        stop(d)
+
+
 @pytest.mark.parametrize("conf,extra,message", [
-    ("[template web]\negress = registry.npmjs.org:443\n", ["--net", "on"], "host-name rules need sandpool's DNS resolver"),
+    ("[template web]\negress = *registry.npmjs.org:443\n", ["--net", "on"], "egress rule '*registry.npmjs.org:443'"),
     ("[template web]\negress = 203.0.113.0/24\n", [], "egress needs the daemon's --net on"),
     ("[template web]\negress = 10.1.2.3/8\n", ["--net", "on"], "host bits are set"),
 ])

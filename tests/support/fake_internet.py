@@ -16,6 +16,7 @@ so a test can tell "refused" from "arrived".
 import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -27,6 +28,18 @@ HOST_UPLINK = "192.0.2.1"
 # 203.0.113.0/24: a range a policy allows whole, DENIED the one address it denies in it.
 IN_RANGE, DENIED = "203.0.113.8", "203.0.113.7"
 PRIVATE = ["10.0.0.1", "169.254.169.254", "192.168.1.1", "172.16.0.1"]
+# The fake internet's DNS server (dnsmasq, authoritative for what it is given), and its names.
+DNS_SERVER = "203.0.113.53"
+NAMES = {
+    "registry.npm.example": ALLOWED,
+    "a.cdn.example": OTHER,
+    "evil.cdn.example": OTHER,
+    "other.example": OTHER,
+    "rebind.npm.example": "10.0.0.1",        # an allowed name pointing at a private address
+    "meta.npm.example": "169.254.169.254",  # ... at cloud metadata
+    "hostaddr.npm.example": HOST_UPLINK,     # ... at the test host itself
+}
+CNAMES = {"www.npm.example": "registry.npm.example"}
 
 # One server process per namespace: HTTP listeners and plain TCP canaries, each logging
 # "address:port" to `log` for every connection it accepts.
@@ -83,14 +96,38 @@ class FakeInternet:
         ip(*h, "link", "set", "up0", "up")
         ip(*i, "addr", "add", "192.0.2.2/24", "dev", "eth0")
         ip(*i, "link", "set", "eth0", "up")
-        for a in (ALLOWED, OTHER, IN_RANGE, DENIED, *PRIVATE):
+        for a in (ALLOWED, OTHER, IN_RANGE, DENIED, DNS_SERVER, *PRIVATE):
             ip(*i, "addr", "add", f"{a}/32", "dev", "lo")
         for dst in ("198.51.100.0/24", "203.0.113.0/24", *(f"{a}/32" for a in PRIVATE)):
             ip(*h, "route", "add", dst, "via", "192.0.2.2")
         routes = subprocess.run(["ip", *h, "route", "show", "default"], capture_output=True, text=True, check=True)
         assert routes.stdout.strip() == "", "the test host must have no default route"
         self.start_servers("inet", self.inet_ns, [f"{ALLOWED}:80:http", f"{ALLOWED}:8080:http", f"{OTHER}:80:http", f"{IN_RANGE}:80:http", f"{DENIED}:80:http", *(f"{a}:80:http" for a in PRIVATE)])
-        self.start_servers("host", self.host_ns, [f"127.0.0.1:6379:tcp", f"{HOST_UPLINK}:6379:tcp"])
+        self.start_servers("host", self.host_ns, [f"127.0.0.1:6379:tcp", f"{HOST_UPLINK}:6379:tcp", f"{HOST_UPLINK}:80:tcp"])
+        self.start_dns()
+
+    def start_dns(self) -> None:
+        """dnsmasq on DNS_SERVER:53, answering NAMES and CNAMES with a TTL of 1 s and nothing else
+        (no upstream), logging every query it gets to `dns.log`."""
+        self.dns_log = self.workdir / "dns.log"
+        args = ["nsenter", f"--net=/run/netns/{self.inet_ns}", "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
+                "--no-resolv", "--no-hosts", "--bind-interfaces", f"--listen-address={DNS_SERVER}", "--port=53",
+                "--local-ttl=1", "--local=/example/", "--log-queries", f"--log-facility={self.dns_log}", "--user=root", "--pid-file="]
+        args += [f"--host-record={n},{a}" for n, a in NAMES.items()]
+        args += [f"--cname={n},{t}" for n, t in CNAMES.items()]
+        self.procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 10
+        while not (self.dns_log.exists() and "started" in self.dns_log.read_text()):
+            assert time.monotonic() < deadline and self.procs[-1].poll() is None, "dnsmasq did not start"
+            time.sleep(0.05)
+
+    def dns_queries(self) -> List[str]:
+        """The names dnsmasq was asked for, in order."""
+        out = []
+        for line in self.dns_log.read_text().splitlines():
+            if " query[" in line:
+                out.append(line.split(" query[", 1)[1].split("] ", 1)[1].split(" from ")[0])
+        return out
 
     @property
     def netns_path(self) -> str:
