@@ -16,6 +16,8 @@
 //             code), N runs each.
 // Job kinds (--kinds for latency, --tp-kinds for throughput): echo (shell `echo hi`), true (argv
 // /bin/true), py (code `print(1)`, runtime python), pyimport (code importing json, re, math).
+// --template NAME sends the echo and true jobs to that template (the job map's `template`); without
+// it they name none and the daemon uses `default`. Code jobs keep routing by their runtime.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -78,6 +80,7 @@ struct Options {
   pid_t redis_pid = 0;
   std::string bwrap = "/usr/bin/bwrap";
   std::string python = "/usr/bin/python3";
+  std::string template_name;  // echo/true jobs: the job map's `template` (empty: none sent)
 };
 
 std::vector<std::string> Split(std::string_view s, char sep) {
@@ -98,7 +101,7 @@ std::vector<std::string> Split(std::string_view s, char sep) {
                "usage: sandpool_bench --redis URL [--prefix P] [--queue Q]\n"
                "  [--modes latency,throughput,peers] [--n N] [--warmup W] [--tp-n M]\n"
                "  [--inflight 8,64] [--kinds echo,true,py,pyimport] [--tp-kinds echo,py] [--pace-ms MS] [--peer-n N] [--peer-inflight K] [--peer-tp-n M]\n"
-               "  [--idle-timeout-ms MS] [--daemon-pid PID] [--redis-pid PID]\n"
+               "  [--idle-timeout-ms MS] [--daemon-pid PID] [--redis-pid PID] [--template NAME]\n"
                "  [--bwrap PATH] [--python PATH]\n");
   std::exit(2);
 }
@@ -143,6 +146,10 @@ Options ParseOptions(int argc, char** argv) {
     else if (a == "--redis-pid") o.redis_pid = ParseInt(next(), "--redis-pid");
     else if (a == "--bwrap") o.bwrap = next();
     else if (a == "--python") o.python = next();
+    else if (a == "--template") {
+      o.template_name = next();
+      if (!ValidTemplateName(o.template_name)) Usage(("bad template name " + o.template_name).c_str());
+    }
     else if (a == "--help" || a == "-h") Usage(nullptr);
     else Usage(("unknown option " + a).c_str());
   }
@@ -209,6 +216,7 @@ struct Measurement {
   std::string variant;   // e.g. "isolated", "unshare-all"
   std::string mode;      // latency | throughput | per_run | breakdown
   std::string command;   // what ran
+  std::string template_name;  // the template the jobs named (empty: none; JSON "template")
   int inflight = 1;
   int n = 0;             // completed samples
   int errors = 0;        // completed with an unexpected result
@@ -225,6 +233,7 @@ void Emit(const Measurement& m) {
   j << "{\"system\":\"" << JsonEscape(m.system) << "\",\"variant\":\"" << JsonEscape(m.variant)
     << "\",\"mode\":\"" << m.mode << "\",\"command\":\"" << JsonEscape(m.command)
     << "\",\"measured\":" << (m.measured ? "true" : "false");
+  if (!m.template_name.empty()) j << ",\"template\":\"" << JsonEscape(m.template_name) << "\"";
   if (m.measured) {
     j << ",\"inflight\":" << m.inflight << ",\"n\":" << m.n << ",\"errors\":" << m.errors
       << ",\"lost\":" << m.lost;
@@ -247,6 +256,7 @@ void Emit(const Measurement& m) {
   std::fflush(stdout);
 
   std::string label = m.system + "/" + m.variant + " " + m.mode + " [" + m.command + "]";
+  if (!m.template_name.empty()) label += " @" + m.template_name;
   if (m.inflight > 1) label += " x" + std::to_string(m.inflight);
   if (!m.measured) {
     std::fprintf(stderr, "%-62s %s\n", label.c_str(), m.note.c_str());
@@ -423,6 +433,14 @@ std::optional<JobKind> KindByName(std::string_view n) {
   if (n == "py") return PyPrint();
   if (n == "pyimport") return PyImport();
   return std::nullopt;
+}
+
+// The kind named `n` as this run sends it: echo and true jobs name --template when given (code jobs
+// are routed by their runtime, so a template of another runtime must not capture them).
+std::optional<JobKind> KindFor(const Options& o, std::string_view n) {
+  auto k = KindByName(n);
+  if (k && !o.template_name.empty() && !k->spec.code) k->spec.template_name = o.template_name;
+  return k;
 }
 
 struct Pending {
@@ -623,6 +641,7 @@ void Latency(Client& c, const Options& o, const JobKind& kind) {
     m.variant = "isolated";
     m.mode = "latency";
     m.command = kind.name;
+    m.template_name = kind.spec.template_name;
     m.measured = false;
     m.note = "not measured: jobs were lost earlier in this run (sandpoold stopped finishing jobs)";
     Emit(m);
@@ -633,6 +652,7 @@ void Latency(Client& c, const Options& o, const JobKind& kind) {
   m.variant = "isolated";
   m.mode = "latency";
   m.command = kind.name;
+  m.template_name = kind.spec.template_name;
   std::vector<Done> warm, done;
   if (o.pace_ms > 0) {
     m.variant = "isolated-paced";
@@ -647,6 +667,7 @@ void Latency(Client& c, const Options& o, const JobKind& kind) {
   b.variant = m.variant;
   b.mode = "breakdown";
   b.command = kind.name;
+  b.template_name = kind.spec.template_name;
   std::vector<double> xadd, to_started, started_to_exited, exec, qwait, cpu, residual;
   for (const auto& d : done) {
     std::string bad = CheckResult(kind, d.result);
@@ -691,6 +712,7 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
   m.variant = "isolated";
   m.mode = "throughput";
   m.command = kind.name;
+  m.template_name = kind.spec.template_name;
   m.inflight = k;
   // Warm-up at the same concurrency, then the timed run.
   for (int phase = 0; phase < 2; ++phase) {
@@ -878,17 +900,17 @@ int Main(int argc, char** argv) {
       return 1;
     }
     for (const auto& n : o.kinds) {
-      if (!KindByName(n)) Usage(("unknown job kind " + n).c_str());
+      if (!KindFor(o, n)) Usage(("unknown job kind " + n).c_str());
     }
     for (const auto& n : o.tp_kinds) {
-      if (!KindByName(n)) Usage(("unknown job kind " + n).c_str());
+      if (!KindFor(o, n)) Usage(("unknown job kind " + n).c_str());
     }
     if (HasMode(o, "latency")) {
-      for (const auto& n : o.kinds) Latency(c, o, *KindByName(n));
+      for (const auto& n : o.kinds) Latency(c, o, *KindFor(o, n));
     }
     if (HasMode(o, "throughput")) {
       for (const auto& n : o.tp_kinds) {
-        JobKind kind = *KindByName(n);
+        JobKind kind = *KindFor(o, n);
         for (int k : o.inflight) {
           if (g_lost_jobs == 0) {
             Throughput(c, o, kind, k);
@@ -898,6 +920,7 @@ int Main(int argc, char** argv) {
             m.variant = "isolated";
             m.mode = "throughput";
             m.command = kind.name;
+            m.template_name = kind.spec.template_name;
             m.inflight = k;
             m.measured = false;
             m.note = "not measured: jobs were lost earlier in this run (sandpoold stopped finishing jobs)";

@@ -73,6 +73,7 @@ def main():
     ap.add_argument("--daemon-log")
     ap.add_argument("--out-dir")
     ap.add_argument("--analysis", help="hand-written analysis (markdown) to include")
+    ap.add_argument("--network-summary", help="bench/network.sh's summary (JSON) of this run")
     a = ap.parse_args()
     meta = dict(m.split("=", 1) for m in a.meta)
     rows = load(a.results)
@@ -185,6 +186,50 @@ def main():
             w(f"| >= 800 isolated one-shot jobs/s, {label} | {each} jobs/s{bad} | {verdict(best[0] >= 800)} |")
         else:
             w(f"| >= 800 isolated one-shot jobs/s, {label} | – | not measured |")
+    w("")
+
+    # ---------------------------------------------------------------- network templates
+    w("## Network template (bench/network.sh, same run)")
+    w("")
+    net = None
+    if a.network_summary and os.path.exists(a.network_summary):
+        try:
+            with open(a.network_summary, encoding="utf-8") as f:
+                net = json.loads(f.read())
+        except (OSError, json.JSONDecodeError):
+            net = None
+    if net and net.get("measured"):
+        tgt = net.get("target", 1.10)
+        w(f"A second daemon, in a private network namespace, serves two templates that differ only in `egress` "
+          f"(`web` gets a veth link and the nftables policy, `plain` none); `echo hi` jobs go to each, interleaved over "
+          f"{net.get('rounds')} rounds. web / plain is the median of the per-round ratios (range in brackets). "
+          "Details, every round and the setup: `bench/RESULTS-network.md`."
+          + (" (BENCH_QUICK smoke run: small samples.)" if net.get("quick") else ""))
+        w("")
+        w(f"| measure | plain | web | web / plain | within {tgt:.2f}? |")
+        w("|---|---|---|---|---|")
+        for key, label in (("b2b", "`echo` p50 back to back (ms)"), ("paced", f"`echo` p50 paced (ms)")):
+            d = net.get(key) or {}
+            rng = f" ({fmt(d.get('ratio_min'), 3)}–{fmt(d.get('ratio_max'), 3)})" if d.get("ratio_min") is not None else ""
+            w(f"| {label} | {fmt(d.get('plain_p50_ms'), 3)} | {fmt(d.get('web_p50_ms'), 3)} | {fmt(d.get('ratio'), 3)}{rng} | "
+              f"{verdict(d.get('met'))} |")
+        t = net.get("tp") or {}
+        w(f"| `echo` throughput, 8 in flight (jobs/s) | {fmt(t.get('plain_per_s'), 0)} | {fmt(t.get('web_per_s'), 0)} | "
+          f"{fmt(t.get('ratio'), 3)} | (for reference) |")
+        w("")
+        if net.get("errors") or net.get("lost"):
+            w(f"Jobs with an unexpected result: {net.get('errors')}, never finished: {net.get('lost')}.")
+            w("")
+        w(f"For orientation only (another daemon, other pool sizes, minutes apart): this run's `default` template "
+          f"above, without network, `echo` p50 {fmt(val(echo_b, 'p50_ms'), 3)} ms back to back, "
+          f"{fmt(val(echo_p, 'p50_ms'), 3)} ms paced.")
+    else:
+        why = []  # network.sh's own reason (it writes one when it stops early), then run.sh's
+        if net and net.get("note"):
+            why.append(net["note"].removeprefix("not measured: "))
+        if meta.get("network_note"):
+            why.append(meta["network_note"])
+        w("not measured: " + ("; ".join(why) or "bench/network.sh wrote no summary"))
     w("")
 
     # ---------------------------------------------------------------- headline side by side

@@ -9,6 +9,8 @@
 #                                       # the daemon's pool flags (defaults shown)
 #   BENCH_UID_BASE=N                    # sandpoold --uid-base (default: derived from the pid, so that
 #                                       # other daemons on a shared machine are not counted)
+# Last, bench/network.sh (network templates, its own daemon in a private network namespace) writes
+# bench/RESULTS-network.md; RESULTS.md gets its web/plain ratio, or "not measured: <why>".
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -285,6 +287,20 @@ else
     || log "sessions: bench/sessions.sh failed (bench/out/bench.log)"
 fi
 
+# ---- 7. network templates: a template with egress vs one without (bench/network.sh) --------------
+# Its own redis-server and sandpoold in a private network namespace (so the host's ip_forward and
+# rules stay untouched), the two templates measured interleaved; RESULTS.md gets its web/plain
+# ratio. Optional: if it cannot run here (no netns, nft, ...), the section says why, the run goes on.
+NET_NOTE=""
+NET_SUMMARY=$OUT/network-summary.json
+rm -f "$NET_SUMMARY"
+log "network templates: bench/network.sh (private netns; template web with egress vs plain, interleaved)"
+if ! BENCH_NET_NO_BUILD=1 BENCH_QUICK=$QUICK BENCH_NET_CMDLINE="$CMDLINE (its last step, bench/network.sh)" \
+    timeout 600 bash "$BENCH_DIR/network.sh" > "$OUT/network.log" 2>&1; then
+  NET_NOTE="bench/network.sh failed (bench/out/network.log): $(grep -m1 FATAL "$OUT/network.log" | cut -c1-200)"
+  log "network templates: $NET_NOTE"
+fi
+
 # ---- report ------------------------------------------------------------------------------------
 sleep 0.2  # let the tee'd stderr drain
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -306,5 +322,6 @@ log "writing bench/RESULTS.md (run took ${ELAPSED}s)"
   --meta "bwrap=$(bwrap --version 2>/dev/null || echo none)" \
   --meta "daemon_alive_after=$DAEMON_ALIVE_AFTER" --meta "heartbeat_after=$HEARTBEAT" \
   --meta "wedged=$WEDGED" --meta "group_after=$DAEMON_STATE" --meta "dead_len=$DEAD_LEN" --meta "perf_note=$PERF_NOTE" \
+  --meta "network_note=$NET_NOTE" --network-summary "$NET_SUMMARY" \
   --daemon-log "$OUT/daemon.log" --out-dir "$OUT" --analysis "$BENCH_DIR/analysis.md"
 log "done: bench/RESULTS.md"
