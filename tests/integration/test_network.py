@@ -319,6 +319,33 @@ print("tcp", rcode(r), socket.inet_ntoa(r[-4:]))
         stop(d)
 
 
+def test_a_session_installs_a_package_from_an_allowed_registry_and_a_disallowed_one_fails_at_once(
+        redis_server, internet, tmp_path):
+    internet.publish_npm_package("tiny-pkg", "1.0.0", "module.exports = () => 'tiny says hi';\n")
+    d = start(redis_server, internet, tmp_path)
+    cli = [SANDPOOL_CLI, "--redis", redis_server.url, "session"]
+    try:
+        p = subprocess.run(cli + ["create", "s-npm", "--template", "web"], capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        p = subprocess.run(cli + ["exec", "s-npm", "--timeout", "120", "--shell",
+                                  "cd /work && npm install --registry http://registry.npm.example/ --no-audit --no-fund "
+                                  "--no-update-notifier tiny-pkg && node -e \"console.log(require('tiny-pkg')())\""],
+                           capture_output=True, timeout=180)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        assert p.stdout.decode().splitlines()[-1] == "tiny says hi", p.stdout
+        p = subprocess.run(cli + ["exec", "s-npm", "--timeout", "120", "--shell",
+                                  "cd /work && npm install --registry http://other.example/ --no-audit --no-fund "
+                                  "--no-update-notifier --fetch-retries=0 other-pkg"],
+                           capture_output=True, timeout=180)
+        assert p.returncode != 0
+        err = (p.stdout + p.stderr).decode()
+        assert "ENOTFOUND" in err and "other.example" in err, err
+        assert "other.example" not in internet.dns_queries()
+        subprocess.run(cli + ["destroy", "s-npm"], capture_output=True, timeout=120)
+    finally:
+        stop(d)
+
+
 def test_a_resolved_address_closes_after_its_ttl(redis_server, internet, tmp_path):
     d = start(redis_server, internet, tmp_path, extra=["--net-dns-ttl-min", "2", "--net-dns-ttl-max", "2"])
     try:

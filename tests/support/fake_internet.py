@@ -44,8 +44,9 @@ CNAMES = {"www.npm.example": "registry.npm.example"}
 # One server process per namespace: HTTP listeners and plain TCP canaries, each logging
 # "address:port" to `log` for every connection it accepts.
 SERVER = r"""
-import socket, sys, threading
+import os, socket, sys, threading
 log = open(sys.argv[1], "a", buffering=1)
+files = os.path.join(os.path.dirname(sys.argv[1]), "files")
 def serve(addr, port, http):
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((addr, port)); s.listen(64)
@@ -54,10 +55,19 @@ def serve(addr, port, http):
         log.write(f"{addr}:{port} from {peer[0]}\n")
         if http:
             try:
-                c.settimeout(5); c.recv(4096)
-                body = f"hello from {addr}:{port}\n".encode()
-                c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-            except OSError:
+                c.settimeout(5); head = c.recv(65536).decode(errors="replace")
+                path = head.split(" ")[1] if head.count(" ") >= 2 else "/"
+                # Files under files/<address>/ (a package registry), else a greeting.
+                f = os.path.join(files, addr, path.split("?")[0].lstrip("/").replace("..", "_"))
+                if os.path.isdir(f):
+                    f = os.path.join(f, "index.json")
+                if path != "/" and os.path.isfile(f):
+                    body = open(f, "rb").read()
+                    kind = b"application/json" if f.endswith(".json") or "." not in os.path.basename(f) else b"application/octet-stream"
+                else:
+                    body, kind = f"hello from {addr}:{port}\n".encode(), b"text/plain"
+                c.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (kind, len(body)) + body)
+            except (OSError, IndexError):
                 pass
         c.close()
 for spec in sys.argv[2:]:
@@ -145,6 +155,31 @@ class FakeInternet:
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert p.stdout.readline().strip() == "ready"
         self.procs.append(p)
+
+    def publish_npm_package(self, name: str, version: str, source: str) -> None:
+        """A package in the registry at registry.npm.example (served from ALLOWED:80): its
+        packument and tarball, as `npm install --registry http://registry.npm.example/` reads them."""
+        import base64, hashlib, io, json, tarfile
+        root = self.workdir / "files" / ALLOWED / name
+        (root / "-").mkdir(parents=True, exist_ok=True)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for fname, data in (("package/package.json", json.dumps({"name": name, "version": version, "main": "index.js"})),
+                                ("package/index.js", source)):
+                info = tarfile.TarInfo(fname)
+                info.size, info.mode = len(data.encode()), 0o644
+                tar.addfile(info, io.BytesIO(data.encode()))
+        tgz = buf.getvalue()
+        (root / "-" / f"{name}-{version}.tgz").write_bytes(tgz)
+        dist = {"tarball": f"http://registry.npm.example/{name}/-/{name}-{version}.tgz",
+                "shasum": hashlib.sha1(tgz).hexdigest(),
+                "integrity": "sha512-" + base64.b64encode(hashlib.sha512(tgz).digest()).decode()}
+        packument = {"name": name, "dist-tags": {"latest": version},
+                     "versions": {version: {"name": name, "version": version, "main": "index.js", "dist": dist}}}
+        (self.workdir / "files" / ALLOWED / name).mkdir(parents=True, exist_ok=True)
+        # The packument lives at /<name>: a file next to the directory of the same name cannot,
+        # so the server also looks for /<name>/index.json.
+        (root / "index.json").write_text(json.dumps(packument))
 
     def connections(self, name: str) -> List[str]:
         return self.logs[name].read_text().splitlines()
