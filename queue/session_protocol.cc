@@ -38,6 +38,9 @@ constexpr SessionOpInfo kSessionOps[] = {
     {"remove", SessionOp::kRemove, true, true},
     {"copy", SessionOp::kCopy, true, true},
     {"rename", SessionOp::kRename, true, true},
+    {"expose", SessionOp::kExpose, false, true},
+    {"unexpose", SessionOp::kUnexpose, false, true},
+    {"ports", SessionOp::kPorts, false, true},
 };
 
 JobError Err(ErrorCode c, std::string m) { return JobError{c, std::move(m)}; }
@@ -170,6 +173,14 @@ std::optional<JobError> OpField(std::string_view k, const msgpack::object& v, Se
     if (auto e = uint(&n)) return e;
     if (n < 1 || n > 64) return Err(ErrorCode::kBadField, "signal: 1..64");
     r.signal = static_cast<int>(n);
+  } else if (k == "port" && (op == SessionOp::kExpose || op == SessionOp::kUnexpose)) {
+    uint64_t n = 0;
+    if (auto e = uint(&n)) return e;
+    if (n < 1 || n > 65535) return Err(ErrorCode::kBadField, "port: 1..65535");
+    r.port = static_cast<uint32_t>(n);
+  } else if (k == "protocol" && op == SessionOp::kExpose) {
+    std::string proto;
+    if (!GetStr(v, &proto) || proto != "http") return Err(ErrorCode::kBadField, "protocol: \"http\" (the only one served)");
   } else if (k == "name" && (op == SessionOp::kSnapshot || op == SessionOp::kSnapshotDelete)) {
     if (!IsStr(v) || !ValidName(StrOf(v))) return Err(ErrorCode::kBadField, "name: 1..64 characters of [A-Za-z0-9._-]");
     r.name = std::string(StrOf(v));
@@ -266,6 +277,10 @@ std::variant<SessionRequest, JobError> DecodeImpl(std::string_view payload, cons
     case SessionOp::kSnapshot:
     case SessionOp::kSnapshotDelete:
       if (r.name.empty()) return Err(ErrorCode::kBadField, "name: missing");
+      break;
+    case SessionOp::kExpose:
+    case SessionOp::kUnexpose:
+      if (r.port == 0) return Err(ErrorCode::kBadField, "port: missing");
       break;
     default:
       break;

@@ -19,6 +19,7 @@ enum class SessionOp {
   kExec, kCode, kContextRestart,
   kSpawn, kPs, kOutput, kStdin, kKill,
   kWrite, kAppend, kRead, kList, kStat, kExists, kMkdir, kRemove, kCopy, kRename,
+  kExpose, kUnexpose, kPorts,
 };
 
 struct SessionOpInfo {
@@ -61,6 +62,7 @@ struct SessionRequest {
   std::string data;                  // stdin
   bool close = false;                // stdin
   int signal = 15;                   // kill
+  uint32_t port = 0;                 // expose, unexpose (1..65535)
   std::string name;                  // snapshot, snapshot_delete
   SessionCreateOptions create;
   std::string raw;                   // the request map as received (file operations)

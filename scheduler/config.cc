@@ -184,6 +184,10 @@ const std::vector<Option>& Options() {
        [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 86400, &c->net.dns_ttl_max); }},
       {"net-dns-qps", "DNS questions per second per network sandbox (bursts of twice that)",
        [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 100000, &c->net.dns_qps); }},
+      {"net-preview-listen", "address:port of the preview proxy (sessions' exposed ports; 'off': none)",
+       [](DaemonConfig* c, const std::string& v) { c->net.preview_listen = v; return Status::Ok(); }},
+      {"net-preview-url", "base of preview URLs, '{port}' standing for the proxy's port (default http://<host name>:{port}/)",
+       [](DaemonConfig* c, const std::string& v) { c->net.preview_url = v; return Status::Ok(); }},
       {"session-idle-timeout-ms", "a session nothing used this long is stopped, unless it names its own (0: never)",
        Num(+[](DaemonConfig* c) { return &c->session_idle_timeout_ms; })},
       {"setup-timeout-ms", "how long a template's setup may take at start-up", Num(+[](DaemonConfig* c) { return &c->setup_timeout_ms; })},
@@ -301,6 +305,9 @@ Status ApplyTemplateKey(TemplateConfig* t, const std::string& key, const std::st
     auto& list = key == "egress" ? t->egress.allow : t->egress.deny;
     list.insert(list.end(), rules->begin(), rules->end());
     if (key == "egress") t->network = true;
+  } else if (key == "expose") {
+    SP_RETURN_IF_ERROR(ParseBool(value, &t->expose));
+    t->network = t->network || t->expose;
   } else if (key == "dirs") {
     std::istringstream words(value);
     for (std::string d; words >> d;) {
@@ -354,7 +361,8 @@ Status BuildTemplates(DaemonConfig* c,
     }
     if (c->net.dns_ttl_min > c->net.dns_ttl_max) return Status::Error("--net-dns-ttl-min is above --net-dns-ttl-max");
     if (t.network && !c->net.on) {
-      return Status::Error("[template " + t.name + "] egress needs the daemon's --net on (docs/design/network.md)");
+      return Status::Error("[template " + t.name + "] " + (t.egress.allow.empty() ? "expose" : "egress") +
+                           " needs the daemon's --net on (docs/design/network.md)");
     }
     min_total += t.min_workers;
     t.sandbox.base_env = JobEnvironment({}, t.env);

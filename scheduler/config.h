@@ -24,8 +24,9 @@ struct TemplateConfig {
   std::string name;
   // The template's egress policy (`egress`, `egress-deny`): the most any of its sandboxes may
   // reach. No `egress` key: a no-network template (loopback only, no veth, nothing to enforce).
-  bool network = false;
+  bool network = false;  // egress or expose: its slots get a link (worker/netns_setup.h)
   EgressPolicy egress;
+  bool expose = false;   // `expose = on`: its sessions may expose ports (preview URLs)
   uint32_t min_workers = 1;  // sandboxes kept ready (or busy) at all times
   uint32_t max_workers = 8;  // demand may grow the pool up to here, within the host budget
   SandboxConfig sandbox;     // runtime, limits, root directories, base environment
@@ -43,6 +44,8 @@ struct NetConfig {
   std::string dns_upstream;             // resolvers names are forwarded to ("": the host's resolv.conf)
   uint32_t dns_ttl_min = 300, dns_ttl_max = 3600;  // how long a resolved address stays open (s)
   uint32_t dns_qps = 50;                // DNS questions per second per sandbox (burst 2x)
+  std::string preview_listen = "0.0.0.0:8480";  // the preview proxy's socket; "off": none
+  std::string preview_url;              // URL base of previews ("": http://<host name>:{port}/)
 };
 
 struct DaemonConfig {

@@ -2,6 +2,7 @@
 
 #include "scheduler/dns_proxy.h"
 #include "scheduler/net_firewall.h"
+#include "scheduler/preview_proxy.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -109,6 +110,7 @@ Status Daemon::Start() {
   if (!s.ok()) return s;
   sessions_ = std::make_unique<Sessions>(base_, config_, keys_, cmd_.get(), ledger_.get(), pools_.get(), &metrics_,
                                          [this] { MaybeExit(); });
+  sessions_->SetExposure(exposure_);
   s = sessions_->Start();
   if (!s.ok()) return s.Prefixed("sessions");
 
@@ -508,6 +510,7 @@ void Daemon::Stop() {
   if (reader_) reader_->Close();
   if (sub_) sub_->Close();
   if (spawner_.pid > 0) ::kill(spawner_.pid, SIGKILL);
+  if (preview_) preview_->Stop();
   // Keepers die with the spawner and sandboxes with their keepers (PDEATHSIG); as subreaper we
   // inherit and reap all of them, so when waitpid says there is no child left, nothing of ours
   // is left on the host.

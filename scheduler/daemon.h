@@ -43,6 +43,8 @@ namespace sandpool {
 
 class NetFirewall;  // net_firewall.h
 class DnsProxy;     // dns_proxy.h
+class PreviewProxy;  // preview_proxy.h
+class PortExposure;  // port_exposure.h
 
 class Daemon {
  public:
@@ -59,12 +61,15 @@ class Daemon {
   // Kills keepers and the spawner and removes the cgroups. Call after the loop returned.
   void Stop();
   int exit_code() const { return exit_code_; }
-  // The network table of this daemon's templates and their resolver (main.cc owns both; they
-  // outlive the Daemon): Start starts the resolver on the loop, the heartbeat exports the
-  // table's counters. nullptr: no network templates.
-  void SetNetwork(NetFirewall* firewall, DnsProxy* dns) {
+  // The network table of this daemon's templates, their resolver, the preview proxy and the
+  // sessions' exposed ports (main.cc owns them; they outlive the Daemon): Start starts the
+  // resolver on the loop, the heartbeat exports the table's counters, Stop ends the proxy.
+  // nullptr: none (no network templates; no template exposes ports or no preview listener).
+  void SetNetwork(NetFirewall* firewall, DnsProxy* dns, PreviewProxy* preview, PortExposure* exposure) {
     firewall_ = firewall;
     dns_ = dns;
+    preview_ = preview;
+    exposure_ = exposure;
   }
 
  private:
@@ -100,6 +105,8 @@ class Daemon {
   Metrics metrics_;
   NetFirewall* firewall_ = nullptr;
   DnsProxy* dns_ = nullptr;
+  PreviewProxy* preview_ = nullptr;
+  PortExposure* exposure_ = nullptr;
   std::unique_ptr<MetricsServer> http_;
   std::unique_ptr<RedisAsync> cmd_, reader_, sub_;
   std::unique_ptr<Pools> pools_;

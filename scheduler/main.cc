@@ -12,8 +12,7 @@
 #include "common/log.h"
 #include "scheduler/config.h"
 #include "scheduler/daemon.h"
-#include "scheduler/dns_proxy.h"
-#include "scheduler/net_firewall.h"
+#include "scheduler/net_setup.h"
 #include "worker/cgroup.h"
 #include "worker/spawner.h"
 #include "worker/template_build.h"
@@ -51,34 +50,12 @@ int main(int argc, char** argv) {
     LogError("cgroup set-up failed", {{"error", layout.status().message()}});
     return 1;
   }
-  // Network templates: their table is loaded before any keeper can make a slot's link, so a
-  // sandbox is never connected without its rules (scheduler/net_firewall.h).
-  auto net_plan = PlanNetwork(&config);
-  if (!net_plan.ok()) {
-    LogError("network set-up failed", {{"error", net_plan.status().message()}});
-    std::fprintf(stderr, "sandpoold: %s\n", net_plan.status().message().c_str());
+  // Network templates (scheduler/net_setup.h): before the spawner, while there is one thread.
+  auto network = SetUpNetwork(&config);
+  if (!network.ok()) {
+    LogError("network set-up failed", {{"error", network.status().message()}});
+    std::fprintf(stderr, "sandpoold: %s\n", network.status().message().c_str());
     return 1;
-  }
-  std::unique_ptr<NetFirewall> firewall;
-  std::unique_ptr<DnsProxy> dns;
-  if (!net_plan->empty()) {
-    // The resolver's ports go into the table, so its sockets come first.
-    auto bound = DnsProxy::Bind(&net_plan.value(),
-                                DnsOptions{config.net.dns_upstream, config.net.dns_ttl_min, config.net.dns_ttl_max, config.net.dns_qps});
-    if (!bound.ok()) {
-      LogError("network set-up failed", {{"error", bound.status().message()}});
-      std::fprintf(stderr, "sandpoold: %s\n", bound.status().message().c_str());
-      return 1;
-    }
-    dns = std::move(bound.value());
-    auto fw = NetFirewall::Install(*net_plan, config.net.set_ip_forward);
-    if (!fw.ok()) {
-      LogError("network set-up failed", {{"error", fw.status().message()}});
-      std::fprintf(stderr, "sandpoold: %s\n", fw.status().message().c_str());
-      return 1;
-    }
-    firewall = std::move(fw.value());
-    LogInfo("network table loaded", {{"table", net_plan->table}, {"templates", net_plan->templates.size()}});
   }
   // The spawner is forked now, while this process has exactly one thread.
   // Template layers: each template with setup commands gets a layer directory named by a hash
@@ -150,7 +127,7 @@ int main(int argc, char** argv) {
   int code;
   {
     Daemon daemon(config, base, std::move(spawner.value()), *layout);
-    daemon.SetNetwork(firewall.get(), dns.get());
+    daemon.SetNetwork(network->firewall.get(), network->dns.get(), network->preview.get(), network->exposure.get());
     s = daemon.Start();
     if (!s.ok()) {
       LogError("start-up failed", {{"error", s.message()}});
@@ -162,7 +139,7 @@ int main(int argc, char** argv) {
       code = daemon.exit_code();
     }
   }
-  dns.reset();  // its events and libunbound's live on the base
+  network->dns.reset();  // its events and libunbound's live on the base
   event_base_free(base);
   return code;
 }

@@ -2,6 +2,7 @@
 
 #include <net/if.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/egress_rules.h"
@@ -82,7 +83,7 @@ Result<NetPlan> PlanNetwork(DaemonConfig* config) {
     if (nt.if_prefix.size() + std::to_string(slots - 1).size() >= IFNAMSIZ) {
       return Status::Error("too many templates or slots for interface names (" + nt.if_prefix + std::to_string(slots - 1) + ")");
     }
-    t.sandbox.network = SlotNetwork{true, plan.pool.addr, nt.if_prefix};
+    t.sandbox.network = SlotNetwork{true, plan.pool.addr, nt.if_prefix, t.expose};
     plan.templates.push_back(std::move(nt));
   }
   return plan;
@@ -136,12 +137,22 @@ std::string NftRuleset(const NetPlan& plan) {
     for (NetCounter k : {NetCounter::kHost, NetCounter::kAlways, NetCounter::kPolicy, NetCounter::kLimit}) {
       o << "  counter " << CounterName(k, t.index) << " { }\n";
     }
-    o << "  set allow_" << t.index << " { type ipv4_addr . inet_service; flags interval; elements = { "
-      << Elements(t.egress.allow) << " } }\n";
+    // CIDR rules only: names reach the dyn set through the resolver.
+    std::vector<EgressRule> cidrs;
+    for (const EgressRule& r : t.egress.allow) {
+      if (r.kind == EgressRule::Kind::kCidr) cidrs.push_back(r);
+    }
+    o << "  set allow_" << t.index << " { type ipv4_addr . inet_service; flags interval;";
+    if (!cidrs.empty()) o << " elements = { " << Elements(cidrs) << " }";
+    o << " }\n";
     o << "  set dyn_" << t.index << " { type ipv4_addr . inet_service; flags interval,timeout; }\n";
-    if (!t.egress.deny.empty()) {
+    std::vector<EgressRule> deny_cidrs;
+    for (const EgressRule& r : t.egress.deny) {
+      if (r.kind == EgressRule::Kind::kCidr) deny_cidrs.push_back(r);
+    }
+    if (!deny_cidrs.empty()) {
       o << "  set deny_" << t.index << " { type ipv4_addr . inet_service; flags interval; elements = { "
-        << Elements(t.egress.deny) << " } }\n";
+        << Elements(deny_cidrs) << " } }\n";
     }
   }
   // TCP gets a reset (connect() fails at once with ECONNREFUSED); the rest ICMP admin-prohibited.
@@ -169,7 +180,9 @@ std::string NftRuleset(const NetPlan& plan) {
     << "    iifname " << any << " jump slot_to_host\n";
   if (!dns_ports.empty()) o << "    meta l4proto { udp, tcp } th dport { " << dns_ports << " } drop\n";
   o << "  }\n";
-  o << "  chain slot_to_host {\n";
+  // Replies to what the host opened into the slot (the preview proxy's connections) pass;
+  // nothing a slot opens toward the host does, but DNS through the redirect.
+  o << "  chain slot_to_host {\n    ct state established,related accept\n";
   for (const NetPlan::Template& t : plan.templates) {
     if (t.dns_port == 0) continue;
     o << "    iifname \"" << t.if_prefix << "*\" meta l4proto { udp, tcp } th dport " << t.dns_port
@@ -192,6 +205,12 @@ std::string NftRuleset(const NetPlan& plan) {
   o << "    " << refuse << "\n  }\n";
   // Into a slot only what answers its own connections.
   o << "  chain to_slot {\n    ct state established,related accept\n    drop\n  }\n";
+  // From the host itself into a slot: answers (DNS replies, refusals), and the preview proxy.
+  o << "  chain output { type filter hook output priority filter; policy accept;\n"
+    << "    oifname " << any << " jump host_to_slot\n  }\n";
+  o << "  chain host_to_slot {\n    ct state established,related,untracked accept\n";
+  if (plan.preview_uid != 0) o << "    meta skuid " << plan.preview_uid << " meta l4proto tcp ct state new accept\n";
+  o << "    " << refuse << "\n  }\n";
   for (const NetPlan::Template& t : plan.templates) {
     const std::string n = std::to_string(t.index);
     const std::string policy = "counter name " + CounterName(NetCounter::kPolicy, t.index) + " " + refuse;
@@ -201,7 +220,8 @@ std::string NftRuleset(const NetPlan& plan) {
       << "    ip daddr @never4 " << always << "\n"
       << "    meta l4proto != { tcp, udp } " << policy << "\n"
       << "    meta l4proto { tcp, udp } th dport { 53, 853 } " << always << "\n";  // 53: only without a resolver
-    if (!t.egress.deny.empty()) o << "    ip daddr . th dport @deny_" << n << " " << policy << "\n";
+    bool deny = std::any_of(t.egress.deny.begin(), t.egress.deny.end(), [](const EgressRule& r) { return r.kind == EgressRule::Kind::kCidr; });
+    if (deny) o << "    ip daddr . th dport @deny_" << n << " " << policy << "\n";
     o << "    ip daddr . th dport @allow_" << n << " goto limit_" << n << "\n"
       << "    ip daddr . th dport @dyn_" << n << " goto limit_" << n << "\n"
       << "    " << policy << "\n  }\n";

@@ -20,6 +20,8 @@
 //   - the template's deny list, then its allow list (address range . port range), then the
 //     addresses its resolver answered for allowed names (set dyn_t, each element with the
 //     answer's TTL); no match: refused (policy_t);
+//   - from the host into a slot: replies, and new TCP connections of the preview proxy's uid
+//     (preview_proxy.h) only; nothing else on the host can reach a sandbox's servers;
 //   - past the per-sandbox limits (concurrent connections, new connections per second):
 //     refused or dropped (limit_t); otherwise accepted and masqueraded behind the host.
 // A refused TCP connection gets a reset, so connect() fails at once (ECONNREFUSED) instead of
@@ -49,6 +51,7 @@ struct NetPlan {
   };
   std::vector<Template> templates;  // network templates only
   std::vector<Cidr> never;          // always refused: fixed ranges and the pool itself
+  uint32_t preview_uid = 0;         // the preview proxy's host uid: may open connections into slots (0: none)
   bool empty() const { return templates.empty(); }
 };
 

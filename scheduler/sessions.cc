@@ -1,5 +1,8 @@
 #include "scheduler/sessions.h"
 
+#include "scheduler/port_exposure.h"
+#include "worker/netns_setup.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -1069,6 +1072,7 @@ void Sessions::StartFailed(Entry& e, const std::string& why) {
 
 void Sessions::Ended(Entry& e, const std::string& why, bool asked) {
   if (!asked) LogWarn("session sandbox ended", {{"session", e.meta.id}, {"why", why}});
+  if (exposure_) exposure_->Clear(e.meta.id);  // its ports go with its sandbox
   if (e.budget) pools_->ReturnSessionBudget(e.meta.memory_bytes);
   e.budget = false;
   if (e.session) {
@@ -1190,6 +1194,11 @@ void Sessions::RunOp(Entry& e, Op op) {
     case SessionOp::kKill:
       s.Kill(r.pid, r.signal, std::move(answer));
       return;
+    case SessionOp::kExpose:
+    case SessionOp::kUnexpose:
+    case SessionOp::kPorts:
+      answer(Ports(e, r));
+      return;
     default:
       if (SessionOpOf(r.op).file_op) {
         metrics_->SessionFileBytes(r.raw.size());
@@ -1198,6 +1207,27 @@ void Sessions::RunOp(Entry& e, Op op) {
       }
       answer(OpAnswer::Error(ErrorCode::kInternal, "operation not served"));
       return;
+  }
+}
+
+OpAnswer Sessions::Ports(const Entry& e, const SessionRequest& r) {
+  const TemplateConfig& t = config_.templates[e.template_index];
+  if (exposure_ == nullptr || !t.expose) {
+    return OpAnswer::Error(ErrorCode::kUnsupported, exposure_ == nullptr ? "this daemon serves no preview URLs (--net-preview-listen)"
+                                                                         : "template '" + t.name + "' does not expose ports (expose = on)");
+  }
+  switch (r.op) {
+    case SessionOp::kExpose: {
+      uint32_t addr = SandboxAddress(t.sandbox.network, e.session->keeper_slot());
+      auto p = exposure_->Expose(e.meta.id, addr, static_cast<uint16_t>(r.port));
+      if (!p.ok()) return OpAnswer::Error(ErrorCode::kBadField, p.status().message());
+      return OpAnswer{std::nullopt, PortExposure::Encode(*p)};
+    }
+    case SessionOp::kUnexpose:
+      exposure_->Unexpose(e.meta.id, static_cast<uint16_t>(r.port));
+      return OpAnswer{std::nullopt, std::string("\x80", 1)};  // {}
+    default:
+      return OpAnswer{std::nullopt, PortExposure::EncodeList(exposure_->List(e.meta.id))};
   }
 }
 

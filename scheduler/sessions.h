@@ -55,6 +55,8 @@
 
 namespace sandpool {
 
+class PortExposure;  // port_exposure.h
+
 class Sessions {
  public:
   // `on_idle` runs when an operation or a sandbox ends (the daemon may be waiting to exit).
@@ -64,6 +66,8 @@ class Sessions {
   Sessions(const Sessions&) = delete;
   Sessions& operator=(const Sessions&) = delete;
 
+  // Where exposed ports go (expose, unexpose, ports); nullptr: those ops are `unsupported`.
+  void SetExposure(PortExposure* exposure) { exposure_ = exposure; }
   // Finds the sessions on this host's disk (all stopped now) and connects the reader.
   Status Start();
   void OnCommandConnected();
@@ -158,6 +162,7 @@ class Sessions {
   void Destroy(Entry& e, std::optional<Op> op);
   void Info(Entry& e, Op op);
   void RunOp(Entry& e, Op op);
+  OpAnswer Ports(const Entry& e, const SessionRequest& r);  // expose, unexpose, ports
 
   // Answers.
   void AnswerOp(const Op& op, OpAnswer answer);
@@ -210,6 +215,7 @@ class Sessions {
   JobLedger* ledger_;
   Pools* pools_;
   Metrics* metrics_;
+  PortExposure* exposure_ = nullptr;
   std::function<void()> on_idle_;
   std::unique_ptr<RedisAsync> reader_;
   std::unique_ptr<Snapshots> snapshots_;

@@ -9,6 +9,7 @@
 #include <netlink/route/link/inet6.h>
 #include <netlink/route/link/veth.h>
 #include <netlink/route/route.h>
+#include <nftables/libnftables.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -118,6 +119,26 @@ Status WriteSysctl(const char* path, const char* value) {
   return Status::Ok();
 }
 
+Status HandOverToLoopback() {
+  // New TCP connections arriving on eth0 go to 127.0.0.1 (same port): a server bound to
+  // localhost or to every address answers the preview proxy alike. Only the proxy's
+  // connections arrive new on eth0 (the daemon's table drops every other). The sandbox cannot
+  // change this table: the namespace's owner is the initial user namespace.
+  SP_RETURN_IF_ERROR(WriteSysctl("/proc/sys/net/ipv4/conf/eth0/route_localnet", "1"));
+  struct nft_ctx* nft = nft_ctx_new(NFT_CTX_DEFAULT);
+  if (nft == nullptr) return Status::Error("nft_ctx_new failed");
+  nft_ctx_buffer_error(nft);
+  int rc = nft_run_cmd_from_buffer(nft,
+                                   "table ip sandpool_slot {\n"
+                                   "  chain prerouting { type nat hook prerouting priority dstnat; policy accept;\n"
+                                   "    iifname \"eth0\" meta l4proto tcp ct state new dnat to 127.0.0.1\n"
+                                   "  }\n"
+                                   "}\n");
+  std::string err = rc == 0 ? "" : nft_ctx_get_error_buffer(nft);
+  nft_ctx_free(nft);
+  return rc == 0 ? Status::Ok() : Status::Error("slot nat table: " + err);
+}
+
 }  // namespace
 
 struct HostNetlink::Impl {
@@ -185,7 +206,9 @@ Status HostNetlink::ConnectSlot(const SlotNetwork& net, uint32_t slot) {
   SP_RETURN_IF_ERROR(Up(impl_->host, peer.c_str(), nullptr));
   SP_RETURN_IF_ERROR(Up(*in, "eth0", &slot_index));
   SP_RETURN_IF_ERROR(AddAddress(*in, slot_index, SandboxAddress(net, slot)).Prefixed("eth0"));
-  return DefaultRoute(*in, slot_index, HostEndAddress(net, slot));
+  SP_RETURN_IF_ERROR(DefaultRoute(*in, slot_index, HostEndAddress(net, slot)));
+  return net.expose ? HandOverToLoopback() : Status::Ok();
 }
+
 
 }  // namespace sandpool

@@ -17,6 +17,9 @@ struct SlotNetwork {
   bool enabled = false;
   uint32_t pool_base = 0;      // host byte order; slot n: host end pool_base + 2n, sandbox + 1 (/31)
   std::string host_if_prefix;  // the host end is named this + the slot number (15 bytes at most)
+  // Sessions may expose ports: TCP connections arriving on eth0 (only the preview proxy's can)
+  // are handed to 127.0.0.1, so servers bound to localhost are reachable too.
+  bool expose = false;
 };
 
 struct SandboxConfig {

@@ -102,6 +102,10 @@ and resumes. Each subcommand is one operation; values print as JSON; errors as
   ps ID                 its background processes
   logs ID PID [--wait] [--tail N]               a background process's output
   kill ID PID [--signal N]
+  expose ID PORT        an HTTP preview URL for a server the session runs on PORT
+                        (prints {port, url, ...}; the same URL while it stays exposed)
+  unexpose ID PORT      the URL stops working
+  ports ID              its exposed ports
 )";
 
 }  // namespace

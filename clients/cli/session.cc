@@ -434,6 +434,18 @@ int Kill(const std::vector<std::string>& args, GlobalOptions g) {
   }));
 }
 
+// expose ID PORT / unexpose ID PORT: a port's preview URL, and its end.
+int Port(const std::string& op, const std::vector<std::string>& args, GlobalOptions g) {
+  auto a = Parse(args, &g, {}, {});
+  if (!a.ok()) return Usage(a.status());
+  auto sid = OneId(a.value(), 2);
+  if (!sid.ok()) return Usage(sid.status());
+  char* end = nullptr;
+  uint64_t port = std::strtoull(a->positional[1].c_str(), &end, 10);
+  if (*end != '\0' || port < 1 || port > 65535) return Usage(Status::Error("PORT must be 1..65535"));
+  return Show(Call(g, op, sid.value(), [&](Request& q) { q.Raw("port", Request::Pack(port)); }));
+}
+
 }  // namespace
 
 int SessionCommand(const std::vector<std::string>& args, GlobalOptions g) {
@@ -448,7 +460,8 @@ int SessionCommand(const std::vector<std::string>& args, GlobalOptions g) {
     return 0;
   }
   if (sub == "create") return Create(rest, g);
-  if (sub == "info" || sub == "stop" || sub == "destroy" || sub == "ps") return Simple(sub, rest, g);
+  if (sub == "info" || sub == "stop" || sub == "destroy" || sub == "ps" || sub == "ports") return Simple(sub, rest, g);
+  if (sub == "expose" || sub == "unexpose") return Port(sub, rest, g);
   if (sub == "ls" || sub == "list") return List(rest, g);
   if (sub == "exec") return Exec(rest, g);
   if (sub == "write" || sub == "put") return Write(rest, g);

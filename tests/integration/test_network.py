@@ -4,6 +4,7 @@ internet (tests/support/fake_internet.py). No packet leaves this machine: the te
 default route, and every refusal is checked against a second fake host that is not allowed.
 """
 
+import json
 import subprocess
 import sys
 
@@ -23,6 +24,7 @@ workers = 1
 egress = {ALLOWED}/32:80 203.0.113.0/24
 egress = registry.npm.example:80 www.npm.example:80 *.cdn.example:80 rebind.npm.example meta.npm.example hostaddr.npm.example
 egress-deny = {DENIED} evil.cdn.example
+expose = on
 """
 
 # Runs in the sandbox: one line per target, "<target> ok <last line>" or "<target> <errno name>".
@@ -63,7 +65,8 @@ def start(redis_server, internet, tmp_path, conf=CONF, extra=()):
     conf_path.write_text(conf)
     d = Daemon(redis_server.url, workers=1,
                extra=["--config", str(conf_path), "--net", "on", "--net-ip-forward", "set",
-                      "--net-dns-upstream", DNS_SERVER, *extra])
+                      "--net-dns-upstream", DNS_SERVER, "--net-preview-listen", "0.0.0.0:0",
+                      "--net-preview-url", f"http://{HOST_UPLINK}:{{port}}/", *extra])
     d.args = internet.in_host(d.args)
     d.args[d.args.index("--metrics-addr") + 1] = METRICS
     d.start(wait_ready=redis_server.client())
@@ -342,6 +345,89 @@ def test_a_session_installs_a_package_from_an_allowed_registry_and_a_disallowed_
         assert "ENOTFOUND" in err and "other.example" in err, err
         assert "other.example" not in internet.dns_queries()
         subprocess.run(cli + ["destroy", "s-npm"], capture_output=True, timeout=120)
+    finally:
+        stop(d)
+
+
+def fetch(internet, url: str) -> str:
+    """GET from the test host (not a sandbox): "<status> <body>"."""
+    p = subprocess.run(internet.in_host([sys.executable, "-c", f"""
+import urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen({url!r}, timeout=20); print(r.status, r.read().decode(), end="")
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode(), end="")
+"""]), capture_output=True, text=True, timeout=60)
+    return p.stdout or p.stderr
+
+
+def test_a_session_server_is_reached_through_its_preview_url_and_nothing_else(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path)
+    cli = [SANDPOOL_CLI, "--redis", redis_server.url, "session"]
+
+    def session(*args, check=True):
+        p = subprocess.run(cli + list(args), capture_output=True, timeout=120)
+        assert p.returncode == 0 or not check, (args, p.stdout, p.stderr)
+        return p.stdout.decode()
+
+    try:
+        session("create", "s-web", "--template", "web")
+        session("exec", "s-web", "--shell", "mkdir -p /work/site && echo 'hello preview' > /work/site/index.html")
+        # Bound to localhost only, as dev servers are by default.
+        session("spawn", "s-web", "--cwd", "/work/site", "--", "python3", "-m", "http.server", "8000", "--bind", "127.0.0.1")
+        wait_for(lambda: subprocess.run(cli + ["exec", "s-web", "--", "python3", "-c",
+                                               "import socket; socket.create_connection(('127.0.0.1', 8000), 5)"],
+                                        capture_output=True, timeout=60).returncode == 0, 30, "the session's server")
+        exposed = json.loads(session("expose", "s-web", "8000"))
+        url = exposed["url"]
+        assert url.startswith(f"http://{HOST_UPLINK}:") and exposed["port"] == 8000 and exposed["protocol"] == "http"
+        token = url.rstrip("/").rsplit("/", 1)[1]
+        assert len(token) == 26
+        assert json.loads(session("expose", "s-web", "8000"))["url"] == url  # idempotent
+        assert fetch(internet, url + "index.html") == "200 hello preview\n"
+        base = url[: -len(token) - 1]
+        # Without the token, with another one, or with a prefix of it: the same 404.
+        assert fetch(internet, base + "index.html").startswith("404 ")
+        assert fetch(internet, base + "a" * 26 + "/index.html").startswith("404 ")
+        assert fetch(internet, base + token[:-1] + "/index.html").startswith("404 ")
+        # An exposed port that nothing listens on: 502, not a hang.
+        other = json.loads(session("expose", "s-web", "8001"))["url"]
+        assert fetch(internet, other).startswith("502 ")
+        assert [p["port"] for p in json.loads(session("ports", "s-web"))["ports"]] == [8000, 8001]
+        # Nothing but the preview proxy opens connections into a sandbox: not the host's root.
+        addr = session("exec", "s-web", "--shell", "ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1").strip()
+        p = subprocess.run(internet.in_host([sys.executable, "-c", f"""
+import errno, socket
+s = socket.socket(); s.settimeout(20)
+try:
+    s.connect(({addr!r}, 8000)); print("ok")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+"""]), capture_output=True, text=True, timeout=60)
+        assert p.stdout.strip() == "ECONNREFUSED", p
+        # Nor can a sandbox reach the preview port (an address of the host).
+        port = url.split(":")[2].split("/")[0]
+        assert probe(redis_server, "web", f"{HOST_UPLINK}:{port}") == {f"{HOST_UPLINK}:{port}": "ECONNREFUSED"}
+        # Unexposed, or the session stopped: gone.
+        session("unexpose", "s-web", "8000")
+        assert fetch(internet, url + "index.html").startswith("404 ")
+        assert [p["port"] for p in json.loads(session("ports", "s-web"))["ports"]] == [8001]
+        session("expose", "s-web", "8000")
+        session("stop", "s-web")
+        assert fetch(internet, other).startswith("404 ")
+        session("destroy", "s-web")
+    finally:
+        stop(d)
+
+
+def test_templates_without_expose_refuse_to_expose(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path, conf=CONF.replace("expose = on\n", ""))
+    try:
+        cli = [SANDPOOL_CLI, "--redis", redis_server.url, "session"]
+        subprocess.run(cli + ["create", "s-no", "--template", "web"], capture_output=True, timeout=120, check=True)
+        p = subprocess.run(cli + ["expose", "s-no", "8000"], capture_output=True, timeout=60)
+        assert p.returncode == 1 and b"unsupported" in p.stderr, p
+        subprocess.run(cli + ["destroy", "s-no"], capture_output=True, timeout=120)
     finally:
         stop(d)
 

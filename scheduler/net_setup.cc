@@ -1,0 +1,57 @@
+#include "scheduler/net_setup.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "scheduler/pools.h"
+
+namespace sandpool {
+namespace {
+
+std::string PreviewUrlBase(const std::string& configured, uint16_t port) {
+  std::string url = configured;
+  if (url.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    url = std::string("http://") + (host[0] ? host : "localhost") + ":{port}/";
+  }
+  size_t at = url.find("{port}");
+  if (at != std::string::npos) url.replace(at, 6, std::to_string(port));
+  if (url.back() != '/') url += '/';
+  return url;
+}
+
+}  // namespace
+
+Result<Network> SetUpNetwork(DaemonConfig* config) {
+  Network net;
+  auto plan = PlanNetwork(config);
+  if (!plan.ok()) return plan.status();
+  net.plan = std::make_unique<NetPlan>(std::move(plan.value()));
+  if (net.plan->empty()) return net;
+  // The resolver's ports go into the table, so its sockets come first.
+  const NetConfig& c = config->net;
+  auto dns = DnsProxy::Bind(net.plan.get(), DnsOptions{c.dns_upstream, c.dns_ttl_min, c.dns_ttl_max, c.dns_qps});
+  if (!dns.ok()) return dns.status();
+  net.dns = std::move(dns.value());
+  bool exposes = std::any_of(config->templates.begin(), config->templates.end(), [](const TemplateConfig& t) { return t.expose; });
+  if (exposes && c.preview_listen != "off") {
+    // Its own host uid, the first past the slots' (docs/SECURITY.md section 5).
+    uint32_t uid = static_cast<uint32_t>(config->sandbox.host_id_base + Pools::UidSpan(*config));
+    auto preview = PreviewProxy::Start(c.preview_listen, uid);
+    if (!preview.ok()) return preview.status();
+    net.preview = std::move(preview.value());
+    net.plan->preview_uid = uid;
+    net.exposure = std::make_unique<PortExposure>(net.preview.get(), PreviewUrlBase(c.preview_url, net.preview->port()));
+    LogInfo("preview proxy listening", {{"addr", c.preview_listen}, {"port", net.preview->port()}, {"uid", uid}});
+  }
+  auto fw = NetFirewall::Install(*net.plan, c.set_ip_forward);
+  if (!fw.ok()) return fw.status();
+  net.firewall = std::move(fw.value());
+  LogInfo("network table loaded", {{"table", net.plan->table}, {"templates", net.plan->templates.size()}});
+  return net;
+}
+
+}  // namespace sandpool

@@ -1,0 +1,31 @@
+// Everything the daemon runs for network templates, set up once in main() before the spawner is
+// forked (the process has one thread then: the preview proxy is forked here, and the table must
+// exist before any keeper can make a slot's link): the plan (nft_ruleset.h), the resolver's
+// sockets (dns_proxy.h), the preview proxy (preview_proxy.h) and its routes (port_exposure.h),
+// and the loaded table (net_firewall.h). Empty when no template has network.
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "scheduler/config.h"
+#include "scheduler/dns_proxy.h"
+#include "scheduler/net_firewall.h"
+#include "scheduler/nft_ruleset.h"
+#include "scheduler/port_exposure.h"
+#include "scheduler/preview_proxy.h"
+
+namespace sandpool {
+
+struct Network {
+  std::unique_ptr<NetPlan> plan;  // stable address: the resolver reads it
+  std::unique_ptr<DnsProxy> dns;
+  std::unique_ptr<PreviewProxy> preview;
+  std::unique_ptr<PortExposure> exposure;
+  std::unique_ptr<NetFirewall> firewall;  // last: destroyed first, before the sockets it guards
+};
+
+// REQUIRES: root, one thread. Fills each network template's sandbox.network (PlanNetwork).
+Result<Network> SetUpNetwork(DaemonConfig* config);
+
+}  // namespace sandpool
