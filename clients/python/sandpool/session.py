@@ -10,6 +10,7 @@ A session keeps its files and processes between calls, stops (files kept) and re
     r = s.exec(shell="python3 hello.py")  # a job Result
     p = s.spawn(shell="python3 -m http.server 8000")
     s.exec(shell="curl -s localhost:8000 | head -1")
+    s.expose(8000)["url"]                 # a preview URL (templates with expose = on)
     s.stop()                              # processes end, files stay
     s.start()                             # resumed on the same host
     s.destroy()
@@ -325,6 +326,24 @@ class Session:
     def rename(self, src: str, dst: str, *, overwrite: bool = False, as_root: bool = False) -> None:
         self._call("rename", {"from": src, "to": dst, "overwrite": overwrite, **_root(as_root)})
 
+    # -- ports -------------------------------------------------------------------------------
+
+    def expose(self, port: int, *, protocol: str = "http") -> Dict[str, Any]:
+        """Gives a server the session runs on ``port`` (bound to localhost or to every address)
+        an HTTP preview URL (PROTOCOL.md section 15, "Ports"). Returns the entry ``{port,
+        protocol, url, host_port (None), created_ms}``. Idempotent: exposing a port again returns
+        the same entry. :class:`SessionError` ``unsupported`` if the session's template has no
+        ``expose = on`` or the daemon serves no preview URLs."""
+        return self._call("expose", {"port": _port(port), "protocol": protocol})
+
+    def unexpose(self, port: int) -> None:
+        """Ends the port's preview URL (its token then gets 404). Idempotent."""
+        self._call("unexpose", {"port": _port(port)})
+
+    def ports(self) -> List[Dict[str, Any]]:
+        """The session's exposed ports (entries as :meth:`expose` returns them), by port."""
+        return list(self._call("ports", {}).get("ports", []))
+
     # -- the wire ----------------------------------------------------------------------------
 
     def _stream(self, op: str) -> str:
@@ -395,6 +414,12 @@ class Session:
                 pubsub.close()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def _port(port: int) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValueError(f"port must be an integer in 1..65535, not {port!r}")
+    return port
 
 
 def _root(as_root: bool) -> Dict[str, Any]:
