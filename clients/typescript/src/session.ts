@@ -43,6 +43,8 @@ import {
   decodeExistsResult,
   decodeListResult,
   decodeOpEvent,
+  decodePortEntry,
+  decodePorts,
   decodeProcessList,
   decodeProcessOutput,
   decodeReadResult,
@@ -60,6 +62,7 @@ import {
   type ExistsResult,
   type ListResult,
   type Operation,
+  type PortEntry,
   type ProcessInfo,
   type ProcessOutput,
   type ReadResult,
@@ -281,6 +284,12 @@ export interface ProcessOutputOptions {
   waitTimeoutMs?: number | undefined;
   /** With `wait`: aborting cancels the wait (PROTOCOL.md section 13). */
   signal?: AbortSignal | undefined;
+}
+
+/** Options of `expose`. */
+export interface ExposeOptions extends OperationOptions {
+  /** `"http"`, the default and only protocol so far. */
+  protocol?: "http" | undefined;
 }
 
 /** One file of `write`. */
@@ -697,6 +706,31 @@ export class Session {
     return value.killed === true;
   }
 
+  // -- ports -------------------------------------------------------------------------------
+
+  /**
+   * Give a server the session runs on `port` (bound to localhost or to every address) an HTTP
+   * preview URL (PROTOCOL.md section 15, "Ports"), and resolve with its entry. Idempotent:
+   * exposing a port again gives the same entry (the same URL). Rejects with `UnsupportedError`
+   * when the session's template has no `expose = on` or the daemon serves no preview URLs.
+   */
+  async expose(port: number, options: ExposeOptions = {}): Promise<PortEntry> {
+    if (options.protocol !== undefined && options.protocol !== "http") {
+      throw new InvalidArgumentError(`protocol must be "http" (got ${String(options.protocol)})`);
+    }
+    return decodePortEntry(await this.send("expose", { port: checkPort(port), protocol: options.protocol }, options));
+  }
+
+  /** End a port's preview URL (its token then answers 404). Idempotent. */
+  async unexpose(port: number, options: OperationOptions = {}): Promise<void> {
+    await this.send("unexpose", { port: checkPort(port) }, options);
+  }
+
+  /** The session's exposed ports, by port. */
+  async ports(options: OperationOptions = {}): Promise<PortEntry[]> {
+    return decodePorts(await this.send("ports", {}, options));
+  }
+
   // -- files -------------------------------------------------------------------------------
 
   /**
@@ -890,6 +924,13 @@ function checkArgv(argv: unknown): string[] {
   const items = [...(argv as Iterable<unknown>)].map((a, i) => text(`argv[${i}]`, a));
   if (items.length === 0 || items[0] === "") throw new InvalidArgumentError("argv must not be empty");
   return items;
+}
+
+function checkPort(port: unknown): number {
+  if (typeof port !== "number" || !Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new InvalidArgumentError(`port must be an integer in 1..65535 (got ${typeof port === "number" ? port : typeName(port)})`);
+  }
+  return port;
 }
 
 function checkNs(name: string, v: unknown): bigint | undefined {

@@ -61,6 +61,9 @@ export const OPERATIONS = [
   "remove",
   "copy",
   "rename",
+  "expose",
+  "unexpose",
+  "ports",
   "snapshot_delete",
 ] as const;
 export type Operation = (typeof OPERATIONS)[number];
@@ -486,6 +489,36 @@ export function decodeSnapshotInfo(v: Fields): SnapshotInfo {
     template: asStr(get(v, "template"), "template") ?? "",
     bytes: asNumber(get(v, "bytes"), "bytes") ?? 0,
   });
+}
+
+/**
+ * An exposed port (PROTOCOL.md section 15, "Ports"): the value of `expose` and each entry of
+ * `ports`. `url` is `<base>/<token>/`; a request to it reaches `127.0.0.1:<port>` in the session.
+ */
+export interface PortEntry {
+  readonly port: number;
+  /** `http` (the only protocol so far). */
+  readonly protocol: string;
+  /** The preview URL (a bearer token: anyone who has it can use it). */
+  readonly url: string;
+  /** A port of the host serving it directly: always `null` for now (not served yet). */
+  readonly hostPort: number | null;
+  readonly createdMs: number;
+}
+
+export function decodePortEntry(v: Fields): PortEntry {
+  return Object.freeze({
+    port: asNumber(get(v, "port"), "port") ?? 0,
+    protocol: asStr(get(v, "protocol"), "protocol") ?? "",
+    url: asStr(get(v, "url"), "url") ?? "",
+    hostPort: asNumber(get(v, "host_port"), "host_port"),
+    createdMs: asNumber(get(v, "created_ms"), "created_ms") ?? 0,
+  });
+}
+
+/** The value of `ports`: `{ports: [entry...]}`, by port. */
+export function decodePorts(v: Fields): PortEntry[] {
+  return asList(get(v, "ports"), "ports").map((p, i) => decodePortEntry(asMap(p, `ports[${i}]`) ?? {}));
 }
 
 /** One entry of `ps`. */

@@ -4,13 +4,19 @@
  * and of packages built on it. Nothing is mocked. Everything is stopped and the directories removed
  * by `stop()`, and also if the test process exits early.
  *
+ * A daemon can also run inside a private network namespace ({@link PrivateNetns}: `ip netns add`,
+ * loopback only, so nothing it does reaches past this machine), for network templates and
+ * exposed ports: `new Deployment({ netns: true, config, extra: NETNS_PREVIEW_ARGS })`. Redis stays
+ * on its unix socket, which works across namespaces; preview URLs are fetched from inside the
+ * namespace with {@link PrivateNetns.fetch}.
+ *
  * Environment:
  *   SANDPOOLD              the daemon binary (default /work/stable/sandpoold)
  *   REDIS_SERVER           redis-server (default: found in PATH)
  *   SANDPOOL_TEST_LOG_DIR  keep the daemon's log there (it is deleted otherwise)
  */
 
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFile, execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import {
   accessSync,
@@ -24,6 +30,7 @@ import {
   openSync,
   readFileSync,
   rmSync,
+  writeFileSync,
 } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
@@ -74,9 +81,10 @@ async function stopProcess(proc: ChildProcess | null, graceMs: number): Promise<
   }
 }
 
-// Children and directories to clean up if the test process ends without stop().
+// Children, directories and network namespaces to clean up if the test process ends without stop().
 const liveChildren = new Set<ChildProcess>();
 const liveDirs = new Set<string>();
+const liveNetns = new Set<string>();
 process.once("exit", () => {
   for (const p of liveChildren) {
     try {
@@ -88,6 +96,13 @@ process.once("exit", () => {
   for (const d of liveDirs) {
     unmountUnder(d);
     rmSync(d, { recursive: true, force: true });
+  }
+  for (const n of liveNetns) {
+    try {
+      execFileSync("ip", ["netns", "del", n], { stdio: "ignore" });
+    } catch {
+      // already gone
+    }
   }
 });
 
@@ -187,6 +202,84 @@ export class RedisServer {
   }
 }
 
+/**
+ * Daemon flags for exposed ports inside a {@link PrivateNetns}: network templates on, the preview
+ * proxy on a free port of the namespace's loopback, URLs naming that address.
+ */
+export const NETNS_PREVIEW_ARGS: readonly string[] = Object.freeze([
+  "--net", "on",
+  "--net-ip-forward", "set",
+  "--net-preview-listen", "127.0.0.1:0",
+  "--net-preview-url", "http://127.0.0.1:{port}/",
+]);
+
+// Run in a namespace: GET a URL, print "<status> <body>" (HTTP errors too).
+const FETCH_PY = `
+import sys, urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen(sys.argv[1], timeout=20)
+    sys.stdout.write(f"{r.status} {r.read().decode()}")
+except urllib.error.HTTPError as e:
+    sys.stdout.write(f"{e.code} {e.read().decode()}")
+`;
+
+/**
+ * A private network namespace (`ip netns add spt-ts-<random>`) with only its loopback up: no
+ * route leads anywhere else. {@link remove} deletes it (also done if the test process exits).
+ */
+export class PrivateNetns {
+  readonly name: string;
+
+  constructor(prefix = "spt-ts") {
+    this.name = `${prefix}-${randomBytes(3).toString("hex")}`;
+  }
+
+  /** The namespace's file, for `nsenter --net=`. */
+  get path(): string {
+    return `/run/netns/${this.name}`;
+  }
+
+  create(): this {
+    execFileSync("ip", ["netns", "add", this.name], { stdio: ["ignore", "ignore", "pipe"] });
+    liveNetns.add(this.name);
+    execFileSync("ip", ["-n", this.name, "link", "set", "lo", "up"], { stdio: ["ignore", "ignore", "pipe"] });
+    return this;
+  }
+
+  /** `argv` wrapped to run inside the namespace (its network only). */
+  argv(argv: readonly string[]): string[] {
+    return ["nsenter", `--net=${this.path}`, ...argv];
+  }
+
+  /** Run `argv` inside the namespace and collect its output (never rejects for its exit status). */
+  run(argv: readonly string[], timeoutMs = 60000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+    const [cmd, ...args] = this.argv(argv);
+    return new Promise((resolve) => {
+      execFile(cmd as string, args, { timeout: timeoutMs, encoding: "utf8" }, (err, stdout, stderr) => {
+        const code = err === null ? 0 : typeof (err as { code?: unknown }).code === "number" ? ((err as { code: number }).code) : null;
+        resolve({ code, stdout, stderr });
+      });
+    });
+  }
+
+  /** GET `url` from inside the namespace (with /usr/bin/python3): its status (0: no answer) and body. */
+  async fetch(url: string): Promise<{ status: number; body: string }> {
+    const r = await this.run(["/usr/bin/python3", "-c", FETCH_PY, url]);
+    const m = /^(\d{3}) ([\s\S]*)$/.exec(r.stdout);
+    if (m === null) return { status: 0, body: r.stderr || r.stdout };
+    return { status: Number(m[1]), body: m[2] ?? "" };
+  }
+
+  remove(): void {
+    try {
+      execFileSync("ip", ["netns", "del", this.name], { stdio: "ignore" });
+    } catch {
+      // already gone
+    }
+    liveNetns.delete(this.name);
+  }
+}
+
 let daemonCount = 0;
 
 /**
@@ -237,6 +330,23 @@ function removeStateDir(dir: string): void {
   liveDirs.delete(dir);
 }
 
+/** Options of a test {@link Daemon}. */
+export interface DaemonOptions {
+  workers?: number;
+  /** More daemon flags (after the harness's own). */
+  extra?: string[];
+  prefix?: string;
+  queue?: string;
+  consumer?: string;
+  stateDir?: string;
+  /** A configuration file's text (templates...): written next to the Redis socket, given as `--config`. */
+  config?: string;
+  /** Run the daemon inside this network namespace (`nsenter --net=`). */
+  netns?: PrivateNetns;
+  /** Its first host uid (default: a range per test process and daemon). */
+  uidBase?: number;
+}
+
 /** One sandpoold serving a {@link RedisServer}, with its own consumer name and host uid range. */
 export class Daemon {
   readonly consumer: string;
@@ -248,20 +358,29 @@ export class Daemon {
   private readonly args: string[];
   private proc: ChildProcess | null = null;
 
-  constructor(
-    readonly redis: RedisServer,
-    opts: { workers?: number; extra?: string[]; prefix?: string; queue?: string; consumer?: string; stateDir?: string } = {},
-  ) {
+  /** The network namespace it runs in, or `null` (the host's). */
+  readonly netns: PrivateNetns | null;
+
+  constructor(readonly redis: RedisServer, opts: DaemonOptions = {}) {
     this.prefix = opts.prefix ?? "sandpool";
     this.consumer = opts.consumer ?? `ts-${randomBytes(4).toString("hex")}`;
+    this.netns = opts.netns ?? null;
     if (opts.stateDir !== undefined) this.stateDir = opts.stateDir;
     else {
       this.stateDir = mkdtempSync(join(tmpdir(), "sandpool-ts-state-"));
       liveDirs.add(this.stateDir);
     }
-    // 24 slots + one per template, two uids each: 64 uids; 1000 per daemon is plenty.
-    this.uidBase = 600000 + (process.pid % 300) * 1000 + daemonCount++ * 100;
+    // 24 slots + one per template, two uids each: 64 uids; 1000 per daemon is plenty. Daemons in
+    // a private namespace (network templates) take a range of their own, away from the other
+    // test harnesses' (Python's: 200000, 400000..1000000, 1500000..2000000).
+    this.uidBase = opts.uidBase ?? (this.netns ? 2100000 : 600000) + (process.pid % 300) * 1000 + daemonCount++ * 100;
     this.logPath = join(redis.dir, `sandpoold-${this.consumer}.log`);
+    let configArgs: string[] = [];
+    if (opts.config !== undefined) {
+      const path = join(redis.dir, `sandpool-${this.consumer}.conf`);
+      writeFileSync(path, opts.config);
+      configArgs = ["--config", path];
+    }
     this.args = [
       "--redis", redis.url,
       "--metrics-addr", "off",
@@ -273,6 +392,7 @@ export class Daemon {
       "--state-dir", this.stateDir,
       ...(opts.prefix ? ["--prefix", opts.prefix] : []),
       ...(opts.queue ? ["--queue", opts.queue] : []),
+      ...configArgs,
       ...(opts.extra ?? []),
     ];
   }
@@ -283,7 +403,9 @@ export class Daemon {
     const fd = openSync(this.logPath, "a");
     const env = { ...process.env };
     delete env.SANDPOOL_REDIS_URL;
-    const proc = spawn(SANDPOOLD, this.args, { stdio: ["ignore", fd, fd], env });
+    // nsenter joins the namespace and execs the daemon: the child is the daemon itself.
+    const [cmd, ...args] = this.netns ? this.netns.argv([SANDPOOLD, ...this.args]) : [SANDPOOLD, ...this.args];
+    const proc = spawn(cmd as string, args, { stdio: ["ignore", fd, fd], env });
     closeSync(fd);
     this.proc = proc;
     liveChildren.add(proc);
@@ -347,10 +469,16 @@ export class Daemon {
 export class Deployment {
   readonly redis: RedisServer;
   readonly daemon: Daemon;
+  /** With `netns: true`: the private network namespace the daemon runs in (removed by `stop()`). */
+  readonly netns: PrivateNetns | null;
 
-  constructor(opts: { aof?: boolean; workers?: number; extra?: string[]; prefix?: string; queue?: string; consumer?: string } = {}) {
-    this.redis = new RedisServer({ aof: opts.aof ?? false });
-    this.daemon = new Daemon(this.redis, opts);
+  constructor(
+    opts: Omit<DaemonOptions, "netns" | "stateDir"> & { aof?: boolean; netns?: boolean } = {},
+  ) {
+    const { aof, netns, ...daemonOpts } = opts;
+    this.redis = new RedisServer({ aof: aof ?? false });
+    this.netns = netns ? new PrivateNetns() : null;
+    this.daemon = new Daemon(this.redis, { ...daemonOpts, ...(this.netns ? { netns: this.netns } : {}) });
   }
 
   get url(): string {
@@ -359,6 +487,7 @@ export class Deployment {
 
   async start(): Promise<this> {
     try {
+      this.netns?.create();
       await this.redis.start();
       await this.daemon.start();
     } catch (e) {
@@ -371,5 +500,6 @@ export class Deployment {
   async stop(): Promise<void> {
     await this.daemon.remove();
     await this.redis.stop();
+    this.netns?.remove();
   }
 }
