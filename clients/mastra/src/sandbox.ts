@@ -7,7 +7,8 @@
  * files stay); `destroy()` removes it. Commands run with the session's `exec` operation (a shell
  * line, so pipes and redirections work); background processes with `spawn` (see processes.ts).
  * If the session was stopped or destroyed from outside, the next command starts it again and
- * runs (once).
+ * runs (once). `networking.getPortUrl(port)` gives a server in the session a preview URL (the
+ * session's `expose` operation; templates with `expose = on`).
  */
 
 import {
@@ -21,6 +22,7 @@ import {
   type SandboxCloneOptions,
   type SandboxFileInput,
   type SandboxInfo,
+  type SandboxNetworking,
   type SandboxStartResult,
   type WriteFilesOptions,
 } from "@mastra/core/workspace";
@@ -32,6 +34,7 @@ import {
   SessionBusyError,
   SessionNotFoundError,
   SessionStoppedError,
+  UnsupportedError,
   type ClientOptions,
   type Session,
   type SessionInfo,
@@ -97,6 +100,12 @@ export class SandpoolSandbox extends MastraSandbox {
   status: ProviderStatus = "pending";
   override readonly supportsCheckpoints = true;
   declare readonly processes: SandpoolProcessManager;
+  /**
+   * Preview URLs: `getPortUrl(port)` exposes `port` of the session (a server bound to localhost
+   * or to every address) and resolves with its URL; `null` when the sandbox is not running, or
+   * its template or daemon serves no preview URLs (sandpool answers `unsupported`).
+   */
+  override readonly networking: SandboxNetworking = { getPortUrl: (port: number) => this.getPortUrl(port) };
 
   /** The sandpool client (shared with the filesystem on this sandbox). */
   readonly client: Client;
@@ -302,6 +311,36 @@ export class SandpoolSandbox extends MastraSandbox {
       bytes += spec.data.length;
     }
     await flush();
+  }
+
+  // -- networking --------------------------------------------------------------------------
+
+  /**
+   * The preview URL of `port` in the session, exposing it (`expose` is idempotent: the same URL
+   * each time, until the session stops). `null` when this sandbox is not running (nothing is
+   * started for it: a URL would have no server behind it), when the session was stopped or removed
+   * from outside, and when the session's template has no `expose = on` or its daemon serves no
+   * preview URLs. A port outside 1..65535 throws.
+   */
+  async getPortUrl(port: number): Promise<string | null> {
+    if (this.status !== "running") return null;
+    try {
+      return (await this.withBusyRetry(() => this.session.expose(port))).url;
+    } catch (e) {
+      if (e instanceof UnsupportedError || e instanceof SessionStoppedError || e instanceof SessionNotFoundError) return null;
+      throw e;
+    }
+  }
+
+  /** End the preview URL of `port` (it answers 404 from then on). Idempotent. */
+  async closePort(port: number): Promise<void> {
+    if (this.status !== "running") return;
+    try {
+      await this.withBusyRetry(() => this.session.unexpose(port));
+    } catch (e) {
+      if (e instanceof UnsupportedError || e instanceof SessionStoppedError || e instanceof SessionNotFoundError) return;
+      throw e;
+    }
   }
 
   // -- information -------------------------------------------------------------------------
