@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <set>
 
+#include "common/egress_rules.h"
 #include "common/runtimes.h"
 #include "queue/job_fields.h"
 #include "queue/msgpack_read.h"
 #include "queue/protocol.h"
+
+#include "common/egress_rules.h"
 
 namespace sandpool {
 namespace {
@@ -28,7 +31,7 @@ JobError Err(ErrorCode c, std::string msg) { return JobError{c, std::move(msg)};
 
 // Every key of the job map, in one place so that "unknown field" is exact.
 enum class JobField { kV, kId, kArgv, kShell, kEnv, kCwd, kStdin, kTimeout, kMaxOutput,
-                      kRetries, kQueue, kMemory, kPids, kCpuTime, kCode, kRuntime, kTemplate };
+                      kRetries, kQueue, kMemory, kPids, kCpuTime, kCode, kRuntime, kTemplate, kEgress };
 
 std::optional<JobField> ParseJobField(std::string_view k) {
   static constexpr std::pair<std::string_view, JobField> kNames[] = {
@@ -41,7 +44,7 @@ std::optional<JobField> ParseJobField(std::string_view k) {
       {"memory_bytes", JobField::kMemory}, {"pids", JobField::kPids},
       {"cpu_time_ms", JobField::kCpuTime},
       {"code", JobField::kCode},      {"runtime", JobField::kRuntime},
-      {"template", JobField::kTemplate},
+      {"template", JobField::kTemplate}, {"egress", JobField::kEgress},
   };
   for (const auto& [name, f] : kNames) {
     if (name == k) return f;
@@ -50,6 +53,36 @@ std::optional<JobField> ParseJobField(std::string_view k) {
 }
 
 constexpr size_t kMaxCwdBytes = 4096;
+
+// `egress` (version 3): {allow: [rule], deny: [rule]}, both optional; rules as common/
+// egress_rules.h reads them, kept in canonical form.
+std::optional<JobError> DecodeEgress(const msgpack::object& v, JobSpec& spec) {
+  if (spec.version < 3) return Err(ErrorCode::kBadField, "unknown field \"egress\" (a version 3 field: send v 3)");
+  if (v.type != msgpack::type::MAP) return Err(ErrorCode::kBadField, "egress: not a map");
+  EgressRequest req;
+  for (uint32_t i = 0; i < v.via.map.size; ++i) {
+    const auto& kv = v.via.map.ptr[i];
+    std::string_view k = IsStr(kv.key) ? StrOf(kv.key) : std::string_view();
+    if (k != "allow" && k != "deny") return Err(ErrorCode::kBadField, "egress: only allow and deny");
+    if (kv.val.type != msgpack::type::ARRAY || kv.val.via.array.size > kMaxEgressRules) {
+      return Err(ErrorCode::kBadField, "egress." + std::string(k) + ": an array of at most 256 rules");
+    }
+    std::vector<std::string> texts;
+    for (uint32_t j = 0; j < kv.val.via.array.size; ++j) {
+      std::string t;
+      if (!GetStr(kv.val.via.array.ptr[j], &t)) return Err(ErrorCode::kBadField, "egress." + std::string(k) + ": rules are strings");
+      texts.push_back(std::move(t));
+    }
+    auto rules = ParseEgressRules(texts, "egress." + std::string(k));
+    if (!rules.ok()) return Err(ErrorCode::kBadField, rules.status().message());
+    std::vector<std::string> canonical;
+    for (const EgressRule& r : *rules) canonical.push_back(r.ToString());
+    if (k == "allow") req.allow = std::move(canonical);
+    else req.deny = std::move(canonical);
+  }
+  spec.egress = std::move(req);
+  return std::nullopt;
+}
 
 // Validates one field's value into `spec`. Returns an error or nullopt.
 std::optional<JobError> ApplyJobField(JobField f, std::string_view name, const msgpack::object& v,
@@ -123,6 +156,8 @@ std::optional<JobError> ApplyJobField(JobField f, std::string_view name, const m
       }
       spec.runtime = std::string(StrOf(v));
       return std::nullopt;
+    case JobField::kEgress:
+      return DecodeEgress(v, spec);
     case JobField::kTemplate:
       if (!IsStr(v) || !ValidTemplateName(StrOf(v))) {
         return Err(ErrorCode::kBadField, "template: 1..64 characters of [A-Za-z0-9._-]");

@@ -72,10 +72,15 @@ struct ResultPacker {
     PackStr(pk, "retryable");
     PackBool(pk, ErrorCodeRetryable(e->code));
   }
+  void Network(const char* n, const std::optional<NetworkInfo>& net) {
+    if (!net) return;  // left out of the map
+    Key(n);
+    PackNetworkInfo(pk, *net);
+  }
 };
 
 void PackResult(Packer& pk, const JobResult& r) {
-  pk.pack_map(static_cast<uint32_t>(1 + kResultFieldCount));
+  pk.pack_map(static_cast<uint32_t>(1 + kResultFieldCount - (r.network ? 0 : 1)));
   PackStr(pk, "v");
   pk.pack_uint64(kProtocolVersion);
   VisitResultFields(r, ResultPacker{pk});
@@ -108,6 +113,7 @@ std::string EncodeJobImpl(const JobSpec& spec, bool send_max_output) {
   if (send_max_output) ++n;
   if (spec.retries != 0) ++n;
   n += (spec.memory_bytes != 0) + (spec.pids != 0) + (spec.cpu_time_ms != 0);
+  if (spec.egress) ++n;
   pk.pack_map(n);
   PackStr(pk, "v");
   pk.pack_uint64(spec.version);
@@ -163,6 +169,18 @@ std::string EncodeJobImpl(const JobSpec& spec, bool send_max_output) {
     if (value == 0) continue;
     PackStr(pk, name);
     pk.pack_uint64(value);
+  }
+  if (spec.egress) {  // a version 3 field: the caller sets version 3
+    PackStr(pk, "egress");
+    pk.pack_map(spec.egress->allow ? 2 : 1);
+    if (spec.egress->allow) {
+      PackStr(pk, "allow");
+      pk.pack_array(static_cast<uint32_t>(spec.egress->allow->size()));
+      for (const std::string& r : *spec.egress->allow) PackStr(pk, r);
+    }
+    PackStr(pk, "deny");
+    pk.pack_array(static_cast<uint32_t>(spec.egress->deny.size()));
+    for (const std::string& r : spec.egress->deny) PackStr(pk, r);
   }
   return out;
 }

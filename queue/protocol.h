@@ -17,7 +17,7 @@ namespace sandpool {
 // The version of the maps this daemon writes for jobs (results, events); the job map is the same
 // in every version it reads (1 .. kMaxProtocolVersion; version 2 adds sessions, PROTOCOL.md).
 inline constexpr uint32_t kProtocolVersion = 1;
-inline constexpr uint32_t kMaxProtocolVersion = 2;
+inline constexpr uint32_t kMaxProtocolVersion = 3;
 
 // PROTOCOL.md sections 8 (jobs) and 19 (sessions); kErrorCodes in protocol.cc names each.
 enum class ErrorCode {
@@ -83,6 +83,14 @@ struct ServerLimits {
 
 // A validated job. Exactly one of argv / shell is set. timeout_ms and max_output_bytes are
 // already defaulted and clamped.
+// A job's (or session's) egress request (PROTOCOL.md section 20, version 3): rules in the
+// grammar of common/egress_rules.h, validated and canonical. `allow` absent: the template's.
+struct EgressRequest {
+  std::optional<std::vector<std::string>> allow;
+  std::vector<std::string> deny;
+  bool operator==(const EgressRequest&) const = default;
+};
+
 struct JobSpec {
   uint32_t version = kProtocolVersion;
   std::string id;
@@ -100,6 +108,7 @@ struct JobSpec {
   uint64_t memory_bytes = 0;  // 0: the server's default
   uint64_t pids = 0;          // 0: the server's default
   uint64_t cpu_time_ms = 0;   // 0: the server's default
+  std::optional<EgressRequest> egress;  // version 3 maps only
 };
 
 // True for 1..128 bytes of [A-Za-z0-9._:-].
@@ -140,6 +149,30 @@ std::optional<Outcome> ParseOutcome(std::string_view name);
 // The CLI's exit status for a result (PROTOCOL.md section 5, last column).
 int CliExitCode(Outcome o, std::optional<int> exit_code, std::optional<int> signal);
 
+// The network a job had (results of jobs of network templates): its effective egress policy.
+struct NetworkInfo {
+  std::vector<std::string> allow, deny;
+  bool operator==(const NetworkInfo&) const = default;
+};
+
+// `{egress: {allow: [...], deny: [...]}}`, as results and session infos carry a NetworkInfo.
+template <typename Packer>
+void PackNetworkInfo(Packer& pk, const NetworkInfo& net) {
+  auto str = [&](std::string_view s) {
+    pk.pack_str(static_cast<uint32_t>(s.size()));
+    pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
+  };
+  pk.pack_map(1);
+  str("egress");
+  pk.pack_map(2);
+  for (const auto& [name, list] : {std::pair<std::string_view, const std::vector<std::string>*>{"allow", &net.allow},
+                                   {"deny", &net.deny}}) {
+    str(name);
+    pk.pack_array(static_cast<uint32_t>(list->size()));
+    for (const std::string& rule : *list) str(rule);
+  }
+}
+
 struct JobResult {
   std::string id;
   Outcome outcome = Outcome::kError;
@@ -160,6 +193,7 @@ struct JobResult {
   std::string worker;
   uint32_t attempt = 0;
   std::optional<JobError> error;
+  std::optional<NetworkInfo> network;  // absent from the map when not set
 };
 
 // Result map (PROTOCOL.md section 5). stdout/stderr are msgpack bin.

@@ -62,6 +62,32 @@ struct ResultReader {
   void U32(const char* n, uint32_t& u) { if (Is(n)) ok = GetU32(v, &u); }
   void OptInt(const char* n, std::optional<int>& i) { if (Is(n)) ok = GetOptInt(v, &i); }
   void Error(const char* n, std::optional<JobError>& e) { if (Is(n)) ok = ReadErrorMap(v, &e); }
+  void Network(const char* n, std::optional<NetworkInfo>& net) {
+    if (!Is(n)) return;
+    if (v.type == msgpack::type::NIL) return;
+    // {egress: {allow: [str], deny: [str]}}; other keys (a newer daemon's) are ignored.
+    ok = v.type == msgpack::type::MAP;
+    if (!ok) return;
+    NetworkInfo out;
+    for (uint32_t i = 0; ok && i < v.via.map.size; ++i) {
+      const auto& kv = v.via.map.ptr[i];
+      if (!IsStr(kv.key) || StrOf(kv.key) != "egress") continue;
+      ok = kv.val.type == msgpack::type::MAP;
+      for (uint32_t j = 0; ok && j < kv.val.via.map.size; ++j) {
+        const auto& list = kv.val.via.map.ptr[j];
+        std::vector<std::string>* into = !IsStr(list.key) ? nullptr : StrOf(list.key) == "allow" ? &out.allow
+                                         : StrOf(list.key) == "deny" ? &out.deny : nullptr;
+        if (into == nullptr) continue;
+        ok = list.val.type == msgpack::type::ARRAY;
+        for (uint32_t k = 0; ok && k < list.val.via.array.size; ++k) {
+          std::string rule;
+          ok = GetStr(list.val.via.array.ptr[k], &rule);
+          into->push_back(std::move(rule));
+        }
+      }
+    }
+    if (ok) net = std::move(out);
+  }
   void Outcome(const char* n, sandpool::Outcome& o) {
     if (!Is(n)) return;
     std::string name;

@@ -3,7 +3,7 @@
 // output.cc) all walk. A new field goes into JobResult and here, nowhere else.
 //
 // VisitResultFields(r, v) calls, for each field in order, v.Str / v.Bytes / v.Bool / v.U64 /
-// v.U32 / v.OptInt / v.Outcome / v.Error with the field's name and a reference to its member
+// v.U32 / v.OptInt / v.Outcome / v.Error / v.Network with the field's name and a reference to its member
 // (const when `r` is const).
 #pragma once
 
@@ -32,9 +32,10 @@ void VisitResultFields(R& r, V&& v) {
   v.Str("worker", r.worker);
   v.U32("attempt", r.attempt);
   v.Error("error", r.error);
+  v.Network("network", r.network);  // only jobs of network templates have it (in the map too)
 }
 
-// How many fields VisitResultFields names (the map also has `v`).
-inline constexpr size_t kResultFieldCount = 19;
+// How many fields VisitResultFields names (the map also has `v`), `network` included.
+inline constexpr size_t kResultFieldCount = 20;
 
 }  // namespace sandpool

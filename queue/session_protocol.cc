@@ -93,8 +93,15 @@ std::optional<JobError> StringMap(const msgpack::object& v, std::string_view nam
 }
 
 std::optional<JobError> CreateField(std::string_view k, const msgpack::object& v, const ServerLimits& lim,
-                                    const SessionLimits& sl, SessionCreateOptions& c) {
-  if (k == "template") {
+                                    const SessionLimits& sl, uint32_t version, SessionCreateOptions& c) {
+  if (k == "egress") {
+    // The job map's rules (version 3 only, canonical rules).
+    JobSpec probe;
+    probe.version = version;
+    bool known = false;
+    if (auto e = DecodeJobField("egress", v, lim, probe, &known)) return e;
+    c.egress = std::move(probe.egress);
+  } else if (k == "template") {
     if (!IsStr(v) || !ValidName(StrOf(v))) return Err(ErrorCode::kBadField, "template: 1..64 characters of [A-Za-z0-9._-]");
     c.template_name = std::string(StrOf(v));
     c.template_given = true;
@@ -214,7 +221,8 @@ std::variant<SessionRequest, JobError> DecodeImpl(std::string_view payload, cons
     if (k == "op") op = &m.ptr[i].val;
   }
   if (v == nullptr || !IsUint(*v)) return Err(ErrorCode::kBadVersion, "v: missing or not a uint");
-  if (v->via.u64 != 2) return Err(ErrorCode::kBadVersion, "v: a session request is version 2");
+  if (v->via.u64 != 2 && v->via.u64 != 3) return Err(ErrorCode::kBadVersion, "v: a session request is version 2 (or 3)");
+  r.version = static_cast<uint32_t>(v->via.u64);
   if (op == nullptr || !IsStr(*op)) return Err(ErrorCode::kBadField, "op: missing");
   const SessionOpInfo* info = FindSessionOp(StrOf(*op));
   if (info == nullptr) return Err(ErrorCode::kBadField, "op: unknown operation " + Quote(StrOf(*op)));
@@ -240,7 +248,7 @@ std::variant<SessionRequest, JobError> DecodeImpl(std::string_view payload, cons
       // Its own fields are checked by the agent that does it; as_root matters here too.
       if (k == "as_root" && !GetBool(val, &r.as_root)) return Err(ErrorCode::kBadField, "as_root: not a bool");
     } else if (r.op == SessionOp::kCreate) {
-      if (auto e = CreateField(k, val, lim, sl, r.create)) return *e;
+      if (auto e = CreateField(k, val, lim, sl, r.version, r.create)) return *e;
     } else if (TakesJobField(r.op, k)) {
       bool known = false;
       if (auto e = DecodeJobField(k, val, lim, r.command, &known)) return *e;
@@ -448,7 +456,7 @@ std::string EncodeProcessExitedEvent(uint64_t seq, std::optional<int> exit_code,
 std::string EncodeSessionInfo(const SessionInfo& i) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_map(i.error.empty() ? 16 : 17);
+  pk.pack_map(16 + !i.error.empty() + i.network.has_value());
   auto str = [&](std::string_view k, std::string_view v) {
     PackStr(pk, k);
     PackStr(pk, v);
@@ -484,6 +492,10 @@ std::string EncodeSessionInfo(const SessionInfo& i) {
   num("disk_limit_bytes", i.disk_limit_bytes);
   num("processes", i.processes);
   if (!i.error.empty()) str("error", i.error);
+  if (i.network) {
+    PackStr(pk, "network");
+    PackNetworkInfo(pk, *i.network);
+  }
   return std::string(buf.data(), buf.size());
 }
 

@@ -42,6 +42,7 @@ struct SessionCreateOptions {
   bool ephemeral = false;
   std::vector<std::pair<std::string, std::string>> labels;
   uint64_t wait_ms = 30000;
+  std::optional<EgressRequest> egress;  // version 3 requests only
 };
 
 struct SessionRequest {
@@ -99,6 +100,7 @@ struct SessionInfo {
   uint64_t processes = 0;
   double cpus = 0;
   std::string error;
+  std::optional<NetworkInfo> network;  // sessions of network templates: their egress policy
 };
 std::string EncodeSessionInfo(const SessionInfo& info);
 

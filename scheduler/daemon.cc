@@ -1,8 +1,6 @@
 #include "scheduler/daemon.h"
 
-#include "scheduler/dns_proxy.h"
-#include "scheduler/net_firewall.h"
-#include "scheduler/preview_proxy.h"
+#include "scheduler/net_setup.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -41,7 +39,9 @@ Daemon::~Daemon() {
 Status Daemon::Start() {
   started_ms_ = WallMs();
   waiting_.resize(config_.templates.size());
-  if (dns_) SP_RETURN_IF_ERROR(dns_->Start(base_, firewall_, &metrics_).Prefixed("network templates' resolver"));
+  if (network_ && network_->dns) {
+    SP_RETURN_IF_ERROR(network_->dns->Start(base_, network_->firewall.get(), &metrics_).Prefixed("network templates' resolver"));
+  }
   if (config_.metrics_addr != "off" && !config_.metrics_addr.empty()) {
     auto server = MetricsServer::Start(base_, config_.metrics_addr, &metrics_, [this](std::string* why) {
       if (draining_) { *why = "draining"; return false; }
@@ -110,7 +110,7 @@ Status Daemon::Start() {
   if (!s.ok()) return s;
   sessions_ = std::make_unique<Sessions>(base_, config_, keys_, cmd_.get(), ledger_.get(), pools_.get(), &metrics_,
                                          [this] { MaybeExit(); });
-  sessions_->SetExposure(exposure_);
+  if (network_) sessions_->SetNetwork(network_);
   s = sessions_->Start();
   if (!s.ok()) return s.Prefixed("sessions");
 
@@ -246,6 +246,25 @@ void Daemon::Claim(Slot* slot, Admitted job, StreamEntry e) {
             run.cpu_time_ms = run.spec.cpu_time_ms ? run.spec.cpu_time_ms : tc.cpu_time_ms;
             run.memory_bytes = run.spec.memory_bytes ? run.spec.memory_bytes : tc.cgroup.memory_bytes;
             run.pids = run.spec.pids ? run.spec.pids : tc.cgroup.pids;
+            if (shared->egress) run.network = ShowEgress(*shared->egress);
+            if (shared->narrowed) {
+              // Its slot gets its narrower policy before anything of it runs; if that cannot
+              // be done, it does not run (never with the template's wider one).
+              Status narrowed = network_ ? network_->Narrow(slot->template_index(), slot->index(), *shared->egress)
+                                         : Status::Error("no network");
+              if (!narrowed.ok()) {
+                LogError("cannot narrow a slot's network; the job fails", {{"job", job_id}, {"error", narrowed.message()}});
+                if (network_) network_->Reset(slot->template_index(), slot->index());
+                slot->Release();
+                JobResult res;
+                res.id = job_id;
+                res.attempt = attempt;
+                res.error = JobError{ErrorCode::kInternal, "the job's egress policy could not be applied: " + narrowed.message()};
+                ledger_->Finish(std::move(res), stream, entry, 0);
+                return;
+              }
+              run.narrowed = true;
+            }
             metrics_.ObserveQueueWait(static_cast<double>(run.queue_wait_us) / 1e6);
             if (attempt > 1) metrics_.RecoveredJob("retried");
             running_[job_id] = slot;
@@ -298,6 +317,8 @@ void Daemon::Reject(const StreamEntry& e, const Rejection& why) {
 
 void Daemon::OnJobFinished(Slot& s, const SlotJob& job, JobResult&& r) {
   running_.erase(r.id);
+  if (job.narrowed && network_) network_->Reset(s.template_index(), s.index());
+  r.network = job.network;
   if (takeovers_.erase(r.id) > 0) {
     // Another daemon took this job over while it ran here: its result is that daemon's to give.
     LogWarn("job killed: another daemon took it over", {{"job", r.id}});
@@ -361,7 +382,7 @@ void Daemon::OnHeartbeatTimer(evutil_socket_t, short, void* arg) { static_cast<D
 
 void Daemon::Heartbeat() {
   pools_->UpdateGauges();
-  if (firewall_) firewall_->ExportCounters(&metrics_);
+  if (network_ && network_->firewall) network_->firewall->ExportCounters(&metrics_);
   if (!cmd_->connected()) return;
   // Anything that failed on an error reply (not a lost connection) is retried from here.
   ledger_->FlushPending();
@@ -510,7 +531,7 @@ void Daemon::Stop() {
   if (reader_) reader_->Close();
   if (sub_) sub_->Close();
   if (spawner_.pid > 0) ::kill(spawner_.pid, SIGKILL);
-  if (preview_) preview_->Stop();
+  if (network_ && network_->preview) network_->preview->Stop();
   // Keepers die with the spawner and sandboxes with their keepers (PDEATHSIG); as subreaper we
   // inherit and reap all of them, so when waitpid says there is no child left, nothing of ours
   // is left on the host.

@@ -41,10 +41,7 @@
 
 namespace sandpool {
 
-class NetFirewall;  // net_firewall.h
-class DnsProxy;     // dns_proxy.h
-class PreviewProxy;  // preview_proxy.h
-class PortExposure;  // port_exposure.h
+struct Network;  // net_setup.h
 
 class Daemon {
  public:
@@ -65,12 +62,7 @@ class Daemon {
   // sessions' exposed ports (main.cc owns them; they outlive the Daemon): Start starts the
   // resolver on the loop, the heartbeat exports the table's counters, Stop ends the proxy.
   // nullptr: none (no network templates; no template exposes ports or no preview listener).
-  void SetNetwork(NetFirewall* firewall, DnsProxy* dns, PreviewProxy* preview, PortExposure* exposure) {
-    firewall_ = firewall;
-    dns_ = dns;
-    preview_ = preview;
-    exposure_ = exposure;
-  }
+  void SetNetwork(Network* network) { network_ = network; }
 
  private:
   // A job is read: admit it, then start, park or forward it.
@@ -103,10 +95,7 @@ class Daemon {
   Keys keys_;
 
   Metrics metrics_;
-  NetFirewall* firewall_ = nullptr;
-  DnsProxy* dns_ = nullptr;
-  PreviewProxy* preview_ = nullptr;
-  PortExposure* exposure_ = nullptr;
+  Network* network_ = nullptr;
   std::unique_ptr<MetricsServer> http_;
   std::unique_ptr<RedisAsync> cmd_, reader_, sub_;
   std::unique_ptr<Pools> pools_;

@@ -100,8 +100,14 @@ struct DnsProxy::Impl {
     Reply reply;
     bool udp;
     NameVerdict verdict;
+    std::string set;  // where its addresses are opened
     int async_id = 0;
   };
+  struct Narrowed {
+    EgressPolicy policy;
+    uint32_t slot;
+  };
+  std::map<uint32_t, Narrowed> narrowed;  // by sandbox address
 
   NetPlan* plan = nullptr;
   DnsOptions options;
@@ -151,7 +157,10 @@ struct DnsProxy::Impl {
       reply(LocalDnsReply(query, kRcodeRefused));
       return;
     }
-    NameVerdict v = Judge(Tmpl(t).egress, q->name);
+    auto narrow = narrowed.find(src);
+    const EgressPolicy& policy = narrow != narrowed.end() ? narrow->second.policy : Tmpl(t).egress;
+    std::string set = narrow != narrowed.end() ? SlotDynSet(narrow->second.slot) : DynSet(Tmpl(t).index);
+    NameVerdict v = Judge(policy, q->name);
     if (!v.allowed) {
       Count(t, "denied");
       LogDebug("dns name refused", {{"template", Tmpl(t).name}, {"name", q->name}});
@@ -168,7 +177,7 @@ struct DnsProxy::Impl {
       reply(LocalDnsReply(query, kRcodeRefused));
       return;
     }
-    auto* p = new Pending{this, t, std::move(query), std::move(reply), udp, std::move(v)};
+    auto* p = new Pending{this, t, std::move(query), std::move(reply), udp, std::move(v), std::move(set)};
     pending.insert(p);
     int rc = ub_resolve_event(ub, q->name.c_str(), kDnsTypeA, 1, p, &Impl::OnResolved, &p->async_id);
     if (rc != 0) {
@@ -204,7 +213,7 @@ struct DnsProxy::Impl {
     } else if (!a.opened.empty()) {
       std::vector<DynElement> elements;
       for (const OpenedAddress& o : a.opened) elements.push_back({o.addr, o.ttl});
-      Status s = self->firewall->OpenAddresses(self->Tmpl(p->t).index, elements, v.ports);
+      Status s = self->firewall->OpenAddresses(p->set, elements, v.ports);
       if (!s.ok()) {
         LogWarn("cannot open resolved addresses", {{"error", s.message()}});
         self->Count(p->t, "servfail");
@@ -323,6 +332,11 @@ Result<std::unique_ptr<DnsProxy>> DnsProxy::Bind(NetPlan* plan, const DnsOptions
     impl->templates.push_back(std::move(t));
   }
   return std::unique_ptr<DnsProxy>(new DnsProxy(std::move(impl)));
+}
+
+void DnsProxy::SetSlotPolicy(uint32_t sandbox_addr, uint32_t slot, const EgressPolicy* policy) {
+  if (policy) impl_->narrowed[sandbox_addr] = Impl::Narrowed{*policy, slot};
+  else impl_->narrowed.erase(sandbox_addr);
 }
 
 Status DnsProxy::Start(struct event_base* base, NetFirewall* firewall, Metrics* metrics) {

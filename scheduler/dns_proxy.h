@@ -54,6 +54,11 @@ class DnsProxy {
   // Serves on `base` from now on. `firewall` and `metrics` outlive this object.
   Status Start(struct event_base* base, NetFirewall* firewall, Metrics* metrics);
 
+  // A narrowed slot (its job's or session's policy, nft_ruleset.h NftNarrowSlot), by its
+  // sandbox's address: its names are judged by `policy` and their addresses opened in the slot's
+  // own dyn set. nullptr: back to its template's.
+  void SetSlotPolicy(uint32_t sandbox_addr, uint32_t slot, const EgressPolicy* policy);
+
   struct Impl;
 
  private:

@@ -40,4 +40,25 @@ Result<EgressPolicy> NarrowEgress(const EgressPolicy& tmpl, std::string_view tem
   return out;
 }
 
+Result<EgressPolicy> EffectiveEgress(const EgressPolicy& tmpl, std::string_view template_name,
+                                     const std::optional<EgressRequest>& request) {
+  if (!request) return tmpl;
+  std::optional<std::vector<EgressRule>> allow;
+  if (request->allow) {
+    auto a = ParseEgressRules(*request->allow, "egress.allow");
+    if (!a.ok()) return a.status();
+    allow = std::move(a.value());
+  }
+  auto deny = ParseEgressRules(request->deny, "egress.deny");
+  if (!deny.ok()) return deny.status();
+  return NarrowEgress(tmpl, template_name, allow, *deny);
+}
+
+NetworkInfo ShowEgress(const EgressPolicy& policy) {
+  NetworkInfo out;
+  for (const EgressRule& r : policy.allow) out.allow.push_back(r.ToString());
+  for (const EgressRule& r : policy.deny) out.deny.push_back(r.ToString());
+  return out;
+}
+
 }  // namespace sandpool

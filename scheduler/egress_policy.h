@@ -9,6 +9,7 @@
 
 #include "common/egress_rules.h"
 #include "common/status.h"
+#include "queue/protocol.h"
 
 namespace sandpool {
 
@@ -26,5 +27,13 @@ struct EgressPolicy {
 Result<EgressPolicy> NarrowEgress(const EgressPolicy& tmpl, std::string_view template_name,
                                   const std::optional<std::vector<EgressRule>>& allow,
                                   const std::vector<EgressRule>& deny);
+
+// NarrowEgress for a request as the protocol carries it (queue/protocol.h: canonical strings).
+// No request: the template's policy.
+Result<EgressPolicy> EffectiveEgress(const EgressPolicy& tmpl, std::string_view template_name,
+                                     const std::optional<EgressRequest>& request);
+
+// The policy as results and infos show it (canonical rule strings).
+NetworkInfo ShowEgress(const EgressPolicy& policy);
 
 }  // namespace sandpool

@@ -59,6 +59,14 @@ std::variant<Admitted, Rejection> Admit(const StreamEntry& e, const DaemonConfig
   }
   a.template_index = static_cast<uint32_t>(tmpl);
   const TemplateConfig& t = config.templates[a.template_index];
+  if (t.network) {
+    auto eff = EffectiveEgress(t.egress, t.name, a.spec.egress);
+    if (!eff.ok()) return Rejection{job_id, ErrorCode::kBadField, eff.status().message(), false};
+    a.narrowed = !(*eff == t.egress);
+    a.egress = std::move(eff.value());
+  } else if (a.spec.egress) {
+    return Rejection{job_id, ErrorCode::kBadField, "egress: template '" + t.name + "' has no network", false};
+  }
   if (a.spec.code && a.spec.runtime != t.sandbox.runtime && SourceArgv(*FindRuntime(a.spec.runtime), *a.spec.code).empty()) {
     return Rejection{job_id, ErrorCode::kTooLarge,
                      "code: " + std::to_string(a.spec.code->size()) + " bytes of " + a.spec.runtime + " in template '" +

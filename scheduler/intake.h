@@ -9,6 +9,7 @@
 
 #include "queue/protocol.h"
 #include "scheduler/config.h"
+#include "scheduler/egress_policy.h"
 
 namespace sandpool {
 
@@ -28,6 +29,10 @@ inline constexpr uint32_t kUnconfiguredTemplate = UINT32_MAX;
 struct Admitted {
   JobSpec spec;
   uint32_t template_index = 0;  // or kUnconfiguredTemplate
+  // Network templates: the job's effective egress policy, and whether it is narrower than the
+  // template's (then its slot is narrowed while it runs: Network::Narrow).
+  std::optional<EgressPolicy> egress;
+  bool narrowed = false;
   int64_t enqueued_ms = 0;  // when it was first queued (the entry id's time, or enqueued_ms)
 };
 

@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   int code;
   {
     Daemon daemon(config, base, std::move(spawner.value()), *layout);
-    daemon.SetNetwork(network->firewall.get(), network->dns.get(), network->preview.get(), network->exposure.get());
+    daemon.SetNetwork(&network.value());
     s = daemon.Start();
     if (!s.ok()) {
       LogError("start-up failed", {{"error", s.message()}});

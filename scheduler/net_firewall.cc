@@ -84,7 +84,24 @@ Result<std::map<std::string, uint64_t>> NetFirewall::ReadCounters() {
   return out;
 }
 
-Status NetFirewall::OpenAddresses(uint32_t template_index, const std::vector<DynElement>& elements,
+Status NetFirewall::NarrowSlot(uint32_t template_index, uint32_t slot, const std::string& ifname,
+                               const EgressPolicy& policy) {
+  ForgetSet(SlotDynSet(slot));
+  auto r = Run(NftNarrowSlot(plan_, template_index, slot, ifname, policy));
+  return r.ok() ? Status::Ok() : r.status().Prefixed("narrowing slot " + std::to_string(slot));
+}
+
+Status NetFirewall::ResetSlot(uint32_t slot, const std::string& ifname) {
+  ForgetSet(SlotDynSet(slot));
+  auto r = Run(NftResetSlot(plan_, slot, ifname));
+  return r.ok() ? Status::Ok() : r.status().Prefixed("resetting slot " + std::to_string(slot));
+}
+
+void NetFirewall::ForgetSet(const std::string& set) {
+  std::erase_if(open_until_, [&](const auto& kv) { return kv.first.rfind(set + "/", 0) == 0; });
+}
+
+Status NetFirewall::OpenAddresses(const std::string& set, const std::vector<DynElement>& elements,
                                   const std::vector<PortRange>& ports) {
   int64_t now = MonotonicUs();
   std::string port_key;
@@ -92,7 +109,7 @@ Status NetFirewall::OpenAddresses(uint32_t template_index, const std::vector<Dyn
   std::vector<DynElement> todo;
   bool replace = false;
   for (const DynElement& e : elements) {
-    std::string key = std::to_string(template_index) + "/" + std::to_string(e.addr) + "/" + port_key;
+    std::string key = set + "/" + std::to_string(e.addr) + "/" + port_key;
     int64_t until = now + int64_t{e.timeout_s} * 1000000;
     auto it = open_until_.find(key);
     if (it != open_until_.end() && it->second > now) {
@@ -106,10 +123,10 @@ Status NetFirewall::OpenAddresses(uint32_t template_index, const std::vector<Dyn
   if (open_until_.size() > 65536) {  // forget what has expired
     std::erase_if(open_until_, [now](const auto& kv) { return kv.second <= now; });
   }
-  auto r = Run(NftOpenAddresses(plan_, template_index, todo, ports, replace));
+  auto r = Run(NftOpenAddresses(plan_, set, todo, ports, replace));
   // The kernel may have expired an element we thought open (its clock, not ours): then the
   // delete fails the whole transaction, and adding alone is right.
-  if (!r.ok() && replace) r = Run(NftOpenAddresses(plan_, template_index, todo, ports, false));
+  if (!r.ok() && replace) r = Run(NftOpenAddresses(plan_, set, todo, ports, false));
   return r.ok() ? Status::Ok() : r.status();
 }
 

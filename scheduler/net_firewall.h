@@ -34,11 +34,15 @@ class NetFirewall {
   // Packets counted so far by the table's named counters (nft_ruleset.h CounterName).
   Result<std::map<std::string, uint64_t>> ReadCounters();
 
-  // Opens `elements` (DNS answers) in template `template_index`'s dyn set on `ports` (empty:
+  // Opens `elements` (DNS answers) in dyn set `set` (DynSet, SlotDynSet) on `ports` (empty:
   // all), each until its timeout; an element already open longer is left alone, one open
   // shorter gets the new timeout. One transaction: when it returns, connects to them pass.
-  Status OpenAddresses(uint32_t template_index, const std::vector<DynElement>& elements,
+  Status OpenAddresses(const std::string& set, const std::vector<DynElement>& elements,
                        const std::vector<PortRange>& ports);
+  // nft_ruleset.h NftNarrowSlot / NftResetSlot. Not on any path but a narrowing job's or
+  // session's start and end.
+  Status NarrowSlot(uint32_t template_index, uint32_t slot, const std::string& ifname, const EgressPolicy& policy);
+  Status ResetSlot(uint32_t slot, const std::string& ifname);
 
   // Adds what the counters counted since the last call to `metrics` (refusals by template and
   // reason, spoofed packets). Once per heartbeat.
@@ -50,11 +54,12 @@ class NetFirewall {
   explicit NetFirewall(const NetPlan& plan);
   // Runs nft commands; the output (text) on success, the error text otherwise.
   Result<std::string> Run(const std::string& commands);
+  void ForgetSet(const std::string& set);  // open_until_ of a set that was flushed
 
   NetPlan plan_;
   struct nft_ctx* nft_ = nullptr;
   std::map<std::string, uint64_t> exported_;  // counter -> packets already added to metrics
-  // (template, address, ports) -> when its dyn element expires (MonotonicUs), as we set it.
+  // (set, address, ports) -> when its dyn element expires (MonotonicUs), as we set it.
   std::map<std::string, int64_t> open_until_;
 };
 

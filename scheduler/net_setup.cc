@@ -5,7 +5,9 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "scheduler/conntrack_flush.h"
 #include "scheduler/pools.h"
+#include "worker/netns_setup.h"
 
 namespace sandpool {
 namespace {
@@ -52,6 +54,27 @@ Result<Network> SetUpNetwork(DaemonConfig* config) {
   net.firewall = std::move(fw.value());
   LogInfo("network table loaded", {{"table", net.plan->table}, {"templates", net.plan->templates.size()}});
   return net;
+}
+
+Status Network::Narrow(uint32_t t, uint32_t slot, const EgressPolicy& policy) {
+  uint32_t addr = SandboxAddress(SlotNetwork{true, plan->pool.addr, "", false}, slot);
+  const NetPlan::Template* tmpl = nullptr;
+  for (const NetPlan::Template& nt : plan->templates) {
+    if (nt.index == t) tmpl = &nt;
+  }
+  if (tmpl == nullptr || !firewall) return Status::Error("template " + std::to_string(t) + " has no network");
+  SP_RETURN_IF_ERROR(firewall->NarrowSlot(t, slot, tmpl->if_prefix + std::to_string(slot), policy));
+  dns->SetSlotPolicy(addr, slot, &policy);
+  return FlushConntrackFrom(addr).Prefixed("forgetting the slot's flows");
+}
+
+void Network::Reset(uint32_t t, uint32_t slot) {
+  for (const NetPlan::Template& nt : plan->templates) {
+    if (nt.index != t || !firewall) continue;
+    Status s = firewall->ResetSlot(slot, nt.if_prefix + std::to_string(slot));
+    if (!s.ok()) LogWarn("slot not reset", {{"slot", slot}, {"error", s.message()}});
+    dns->SetSlotPolicy(SandboxAddress(SlotNetwork{true, plan->pool.addr, "", false}, slot), slot, nullptr);
+  }
 }
 
 }  // namespace sandpool

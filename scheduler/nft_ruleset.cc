@@ -96,7 +96,47 @@ bool AlwaysRefused(const NetPlan& plan, uint32_t addr) {
   return false;
 }
 
-std::string NftOpenAddresses(const NetPlan& plan, uint32_t template_index, const std::vector<DynElement>& elements,
+std::string DynSet(uint32_t template_index) { return "dyn_" + std::to_string(template_index); }
+std::string SlotDynSet(uint32_t slot) { return "jdyn_" + std::to_string(slot); }
+
+std::string NftNarrowSlot(const NetPlan& plan, uint32_t template_index, uint32_t slot, const std::string& ifname,
+                          const EgressPolicy& policy) {
+  const std::string t = "inet " + plan.table + " ", n = std::to_string(slot), tn = std::to_string(template_index);
+  std::vector<EgressRule> allow, deny;
+  for (const EgressRule& r : policy.allow) {
+    if (r.kind == EgressRule::Kind::kCidr) allow.push_back(r);
+  }
+  for (const EgressRule& r : policy.deny) {
+    if (r.kind == EgressRule::Kind::kCidr) deny.push_back(r);
+  }
+  const std::string refuse = " counter name " + CounterName(NetCounter::kPolicy, template_index) + " goto refuse\n";
+  std::ostringstream o;
+  o << "add chain " << t << "j_" << n << "\n"
+    << "flush chain " << t << "j_" << n << "\n";
+  for (const char* set : {"jallow_", "jdeny_"}) {
+    o << "add set " << t << set << n << " { type ipv4_addr . inet_service; flags interval; }\n"
+      << "flush set " << t << set << n << "\n";
+  }
+  o << "add set " << t << SlotDynSet(slot) << " { type ipv4_addr . inet_service; flags interval,timeout; }\n"
+    << "flush set " << t << SlotDynSet(slot) << "\n";
+  if (!allow.empty()) o << "add element " << t << "jallow_" << n << " { " << Elements(allow) << " }\n";
+  if (!deny.empty()) o << "add element " << t << "jdeny_" << n << " { " << Elements(deny) << " }\n";
+  o << "add rule " << t << "j_" << n << " ip daddr . th dport @jdeny_" << n << refuse
+    << "add rule " << t << "j_" << n << " ip daddr . th dport @jallow_" << n << " goto limit_" << tn << "\n"
+    << "add rule " << t << "j_" << n << " ip daddr . th dport @" << SlotDynSet(slot) << " goto limit_" << tn << "\n"
+    << "add rule " << t << "j_" << n << refuse
+    << "add element " << t << "narrowed { \"" << ifname << "\" : goto j_" << n << " }\n";
+  return o.str();
+}
+
+std::string NftResetSlot(const NetPlan& plan, uint32_t slot, const std::string& ifname) {
+  // REQUIRES: the slot is narrowed (nft 1.0.6 has no delete that tolerates a missing element,
+  // and re-adding an element of a map with another verdict is an error, not a replacement).
+  const std::string t = "inet " + plan.table + " ";
+  return "delete element " + t + "narrowed { \"" + ifname + "\" }\nflush set " + t + SlotDynSet(slot) + "\n";
+}
+
+std::string NftOpenAddresses(const NetPlan& plan, const std::string& set_name, const std::vector<DynElement>& elements,
                              const std::vector<PortRange>& ports, bool replace) {
   std::vector<PortRange> all = ports;
   if (all.empty()) all.push_back(PortRange{});
@@ -110,7 +150,7 @@ std::string NftOpenAddresses(const NetPlan& plan, uint32_t template_index, const
       with_timeouts += (with_timeouts.empty() ? "" : ", ") + key + " timeout " + std::to_string(e.timeout_s) + "s";
     }
   }
-  std::string set = "inet " + plan.table + " dyn_" + std::to_string(template_index);
+  std::string set = "inet " + plan.table + " " + set_name;
   std::string out;
   if (replace) out += "delete element " + set + " { " + keys + " }\n";
   return out + "add element " + set + " { " + with_timeouts + " }\n";
@@ -132,6 +172,7 @@ std::string NftRuleset(const NetPlan& plan) {
   o << " } }\n";
   o << "  set conns4 { type ipv4_addr; size 65536; flags dynamic; }\n";
   o << "  set rate4 { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 60s; }\n";
+  o << "  map narrowed { type ifname : verdict; }\n";
   o << "  counter " << CounterName(NetCounter::kSpoofed, 0) << " { }\n";
   for (const NetPlan::Template& t : plan.templates) {
     for (NetCounter k : {NetCounter::kHost, NetCounter::kAlways, NetCounter::kPolicy, NetCounter::kLimit}) {
@@ -219,7 +260,8 @@ std::string NftRuleset(const NetPlan& plan) {
     o << "  chain t_" << n << " {\n"
       << "    ip daddr @never4 " << always << "\n"
       << "    meta l4proto != { tcp, udp } " << policy << "\n"
-      << "    meta l4proto { tcp, udp } th dport { 53, 853 } " << always << "\n";  // 53: only without a resolver
+      << "    meta l4proto { tcp, udp } th dport { 53, 853 } " << always << "\n"  // 53: only without a resolver
+      << "    iifname vmap @narrowed\n";
     bool deny = std::any_of(t.egress.deny.begin(), t.egress.deny.end(), [](const EgressRule& r) { return r.kind == EgressRule::Kind::kCidr; });
     if (deny) o << "    ip daddr . th dport @deny_" << n << " " << policy << "\n";
     o << "    ip daddr . th dport @allow_" << n << " goto limit_" << n << "\n"

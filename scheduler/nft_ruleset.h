@@ -17,6 +17,8 @@
 //     template (scheduler/dns_proxy.h), on a port of its own per template; the only thing on the
 //     host a sandbox may reach, and only this way (nothing else reaches those ports);
 //   - anything but TCP and UDP, and DNS-over-TLS to anyone (port 853): refused;
+//   - a slot whose job or session narrowed the policy: its own chain instead of the rest
+//     (NftNarrowSlot);
 //   - the template's deny list, then its allow list (address range . port range), then the
 //     addresses its resolver answered for allowed names (set dyn_t, each element with the
 //     answer's TTL); no match: refused (policy_t);
@@ -76,8 +78,20 @@ struct DynElement {
   uint32_t addr = 0;
   uint32_t timeout_s = 0;
 };
-std::string NftOpenAddresses(const NetPlan& plan, uint32_t template_index, const std::vector<DynElement>& elements,
+std::string NftOpenAddresses(const NetPlan& plan, const std::string& set, const std::vector<DynElement>& elements,
                              const std::vector<PortRange>& ports, bool replace);
+// The dyn set of template `t` ("dyn_<t>"), and of a narrowed slot ("jdyn_<slot>").
+std::string DynSet(uint32_t template_index);
+std::string SlotDynSet(uint32_t slot);
+
+// A job or session that narrows its template's policy (egress_policy.h) gets its slot narrowed
+// while it runs: the slot's own chain j_<slot> (its deny, its CIDRs, its own dyn set; never the
+// template's sets) in place of the template's, through the `narrowed` verdict map keyed by the
+// slot's host end `ifname`. One transaction; ResetSlot undoes it (REQUIRES: narrowed; the chain
+// and sets stay, for the slot's next narrowing, which flushes them).
+std::string NftNarrowSlot(const NetPlan& plan, uint32_t template_index, uint32_t slot, const std::string& ifname,
+                          const EgressPolicy& policy);
+std::string NftResetSlot(const NetPlan& plan, uint32_t slot, const std::string& ifname);
 
 // The named counters of the table and what they count. `template_index` is -1 for `spoofed`.
 enum class NetCounter { kHost, kAlways, kPolicy, kLimit, kSpoofed };

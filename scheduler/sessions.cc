@@ -1,5 +1,6 @@
 #include "scheduler/sessions.h"
 
+#include "scheduler/net_setup.h"
 #include "scheduler/port_exposure.h"
 #include "worker/netns_setup.h"
 
@@ -38,8 +39,11 @@ struct MetaFile {
   bool ephemeral = false;
   int64_t created_ms = 0;
   std::string base;
+  // The session's own egress request (version 3 creates), kept for its resumes.
+  bool egress = false, egress_allow_set = false;
+  std::vector<std::string> egress_allow, egress_deny;
   MSGPACK_DEFINE_MAP(id, template_name, env, labels, memory_bytes, pids, disk_bytes, cpus, idle_timeout_ms,
-                     max_lifetime_ms, ephemeral, created_ms, base)
+                     max_lifetime_ms, ephemeral, created_ms, base, egress, egress_allow_set, egress_allow, egress_deny)
 };
 
 std::map<std::string, std::string> Fields(redisReply* kv) {
@@ -174,7 +178,13 @@ void Sessions::LoadFromDisk() {
     }
     Entry& e = sessions_[sid];
     e.meta = Meta{m.id, m.template_name, m.env, m.labels, m.memory_bytes, m.pids, m.disk_bytes, m.cpus,
-                  m.idle_timeout_ms, m.max_lifetime_ms, m.ephemeral, m.created_ms, m.base.empty() ? m.template_name : m.base};
+                  m.idle_timeout_ms, m.max_lifetime_ms, m.ephemeral, m.created_ms, m.base.empty() ? m.template_name : m.base,
+                  std::nullopt};
+    if (m.egress) {
+      e.meta.egress = EgressRequest{};
+      if (m.egress_allow_set) e.meta.egress->allow = m.egress_allow;
+      e.meta.egress->deny = m.egress_deny;
+    }
     e.template_index = static_cast<uint32_t>(t);
     e.state = State::kStopped;
     e.last_used_ms = m.created_ms;
@@ -186,6 +196,12 @@ void Sessions::LoadFromDisk() {
 Status Sessions::SaveMeta(const Meta& m) const {
   MetaFile f{m.id, m.template_name, m.env, m.labels, m.memory_bytes, m.pids, m.disk_bytes, m.cpus,
              m.idle_timeout_ms, m.max_lifetime_ms, m.ephemeral, m.created_ms, m.base};
+  if (m.egress) {
+    f.egress = true;
+    f.egress_allow_set = m.egress->allow.has_value();
+    f.egress_allow = m.egress->allow.value_or(std::vector<std::string>{});
+    f.egress_deny = m.egress->deny;
+  }
   msgpack::sbuffer buf;
   msgpack::pack(buf, f);
   std::string dir = Dir(m.id);
@@ -237,6 +253,11 @@ SessionInfo Sessions::InfoOf(const Entry& e) const {
   i.disk_limit_bytes = e.meta.disk_bytes;
   i.processes = e.session ? e.session->processes_running() : 0;
   i.error = e.error;
+  const TemplateConfig& tc = config_.templates[e.template_index];
+  if (tc.network) {
+    auto policy = EffectiveEgress(tc.egress, tc.name, e.meta.egress);
+    if (policy.ok()) i.network = ShowEgress(*policy);
+  }
   return i;
 }
 
@@ -640,6 +661,7 @@ void Sessions::Create(Entry& e, Op op) {
   m.idle_timeout_ms = c.idle_timeout_ms.value_or(config_.session_idle_timeout_ms);
   m.max_lifetime_ms = c.max_lifetime_ms.value_or(0);
   m.ephemeral = c.ephemeral;
+  m.egress = c.egress;
   m.created_ms = WallMs();
   e.last_used_ms = m.created_ms;
   e.state = State::kCreating;
@@ -683,6 +705,18 @@ void Sessions::CreateOn(const std::string& sid, uint32_t t, const std::string& i
   // A snapshot's disk is its image, of the size it was taken with.
   m.disk_bytes = !image.empty() ? snapshot_disk_bytes : c.disk_bytes ? c.disk_bytes : limits_.default_disk_bytes;
   e.template_index = t;
+  if (m.egress) {
+    // Asking for a network the template does not have, or more than it allows, fails loudly.
+    Status bad = !tc.network ? Status::Error("egress: template '" + tc.name + "' has no network")
+                             : EffectiveEgress(tc.egress, tc.name, m.egress).status();
+    if (!bad.ok()) {
+      auto waiting = std::move(e.waiting);
+      sessions_.erase(sid);
+      ForgetRecord(sid);
+      for (Op& w : waiting) AnswerError(w, ErrorCode::kBadField, bad.message());
+      return;
+    }
+  }
   std::string dir = Dir(sid);
   if (AdoptSpare(e, version)) {
     Status saved = SaveMeta(m);
@@ -1033,6 +1067,22 @@ void Sessions::Started(Entry& e) {
     if (auto start = std::move(e.job_start)) start(true, "");
     return;
   }
+  // A session that narrows its template's policy: its slot is narrowed before anything of it runs.
+  const TemplateConfig& tc = config_.templates[e.template_index];
+  if (tc.network && network_ && e.session) {
+    auto policy = EffectiveEgress(tc.egress, tc.name, e.meta.egress);
+    Status narrowed = policy.status();
+    if (policy.ok() && !(*policy == tc.egress)) {
+      narrowed = network_->Narrow(e.template_index, e.session->keeper_slot(), *policy);
+      e.narrowed_slot = e.session->keeper_slot();
+    }
+    if (!narrowed.ok()) {
+      if (e.narrowed_slot) network_->Reset(e.template_index, *e.narrowed_slot);
+      e.narrowed_slot.reset();
+      StartFailed(e, "its egress policy could not be applied: " + narrowed.message());  // never runs wider
+      return;
+    }
+  }
   double seconds = static_cast<double>(MonotonicUs() - e.create_started_us) / 1e6;
   LogInfo("session running", {{"session", e.meta.id}, {"seconds", seconds}});
   metrics_->ObserveSessionStart(seconds);
@@ -1073,6 +1123,8 @@ void Sessions::StartFailed(Entry& e, const std::string& why) {
 void Sessions::Ended(Entry& e, const std::string& why, bool asked) {
   if (!asked) LogWarn("session sandbox ended", {{"session", e.meta.id}, {"why", why}});
   if (exposure_) exposure_->Clear(e.meta.id);  // its ports go with its sandbox
+  if (e.narrowed_slot && network_) network_->Reset(e.template_index, *e.narrowed_slot);
+  e.narrowed_slot.reset();
   if (e.budget) pools_->ReturnSessionBudget(e.meta.memory_bytes);
   e.budget = false;
   if (e.session) {
@@ -1208,6 +1260,11 @@ void Sessions::RunOp(Entry& e, Op op) {
       answer(OpAnswer::Error(ErrorCode::kInternal, "operation not served"));
       return;
   }
+}
+
+void Sessions::SetNetwork(Network* network) {
+  network_ = network;
+  exposure_ = network->exposure.get();
 }
 
 OpAnswer Sessions::Ports(const Entry& e, const SessionRequest& r) {

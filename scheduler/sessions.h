@@ -56,6 +56,7 @@
 namespace sandpool {
 
 class PortExposure;  // port_exposure.h
+struct Network;      // net_setup.h
 
 class Sessions {
  public:
@@ -66,8 +67,9 @@ class Sessions {
   Sessions(const Sessions&) = delete;
   Sessions& operator=(const Sessions&) = delete;
 
-  // Where exposed ports go (expose, unexpose, ports); nullptr: those ops are `unsupported`.
-  void SetExposure(PortExposure* exposure) { exposure_ = exposure; }
+  // Network templates (net_setup.h): exposed ports (expose, unexpose, ports; without a preview
+  // proxy those ops are `unsupported`), and sessions' own egress policies.
+  void SetNetwork(Network* network);
   // Finds the sessions on this host's disk (all stopped now) and connects the reader.
   Status Start();
   void OnCommandConnected();
@@ -104,6 +106,7 @@ class Sessions {
     bool ephemeral = false;
     int64_t created_ms = 0;
     std::string base;  // the configured template it runs on (template_name, or a snapshot's base)
+    std::optional<EgressRequest> egress;  // its own narrowing of its template's policy (kept for resumes)
   };
 
   // An operation read from the own stream, claimed (or being claimed).
@@ -122,6 +125,7 @@ class Sessions {
     std::string error;
     std::unique_ptr<Session> session;   // creating, running, stopping
     bool budget = false;                // holds its share of the host budget
+    std::optional<uint32_t> narrowed_slot;  // its slot, narrowed to its policy while it runs
     bool record_dirty = true;
     int64_t create_started_us = 0;
     std::vector<Op> waiting;            // arrived while creating or stopping: served after
@@ -216,6 +220,7 @@ class Sessions {
   Pools* pools_;
   Metrics* metrics_;
   PortExposure* exposure_ = nullptr;
+  Network* network_ = nullptr;
   std::function<void()> on_idle_;
   std::unique_ptr<RedisAsync> reader_;
   std::unique_ptr<Snapshots> snapshots_;

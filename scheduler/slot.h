@@ -47,6 +47,10 @@ struct SlotJob {
   uint64_t cpu_time_ms = 0;
   uint64_t memory_bytes = 0;
   uint64_t pids = 0;
+  // Network templates: the job's effective policy (its result shows it), and whether its slot
+  // was narrowed for it (undone when it ends).
+  std::optional<NetworkInfo> network;
+  bool narrowed = false;
 };
 
 struct SlotHooks {

@@ -8,7 +8,7 @@ packages=(
   build-essential cmake pkg-config
   libhiredis-dev libevent-dev libmsgpack-cxx-dev libseccomp-dev prometheus-cpp-dev
   libgtest-dev
-  libnl-3-dev libnl-route-3-dev libnftables-dev libldns-dev libunbound-dev nftables dnsmasq-base
+  libnl-3-dev libnl-route-3-dev libnftables-dev libldns-dev libunbound-dev libnetfilter-conntrack-dev nftables dnsmasq-base
   redis-server
   python3 python3-redis python3-msgpack python3-pytest
   bubblewrap procps iproute2

@@ -132,6 +132,25 @@ struct ResultJson {
     AppendBool(o, ErrorCodeRetryable(e->code));
     o += '}';
   }
+  void Network(const char* n, const std::optional<NetworkInfo>& net) {
+    if (!net) return;
+    Key(n);
+    o += "{\"egress\":{";
+    const char* sep = "";
+    for (const auto& [name, list] : {std::pair<const char*, const std::vector<std::string>*>{"allow", &net->allow},
+                                     {"deny", &net->deny}}) {
+      o += sep;
+      sep = ",";
+      AppendJsonString(o, name);
+      o += ":[";
+      for (size_t i = 0; i < list->size(); ++i) {
+        if (i) o += ',';
+        AppendJsonString(o, (*list)[i]);
+      }
+      o += ']';
+    }
+    o += "}}";
+  }
 };
 
 }  // namespace

@@ -174,7 +174,7 @@ TEST(ProtocolVectors, ArgvJobEncodesToVector) {
 TEST(ProtocolVectors, Rejections) {
   EXPECT_EQ(DecodeError(Hex("c1")), ErrorCode::kBadPayload);
   EXPECT_EQ(DecodeError(Hex("93 01 02 03")), ErrorCode::kBadPayload);
-  EXPECT_EQ(DecodeError(Hex("82 a1 76 03 a2 69 64 a2 74 33")), ErrorCode::kBadVersion);
+  EXPECT_EQ(DecodeError(Hex("82 a1 76 04 a2 69 64 a2 74 34")), ErrorCode::kBadVersion);
   EXPECT_EQ(DecodeError(Hex("83 a1 76 01 a2 69 64 a2 74 34 a5 73 68 65 6c 6c 2a")),
             ErrorCode::kBadField);
   EXPECT_EQ(DecodeError(Hex("83 a1 76 01 a2 69 64 a2 74 35 a3 66 6f 6f c3")),
@@ -734,6 +734,42 @@ TEST(JobText, NonUtf8TextIsRejected) {
   }
   spec.argv = {"x", "h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80"};  // é, €, emoji
   EXPECT_TRUE(std::holds_alternative<JobSpec>(DecodeJob(EncodeJob(spec), lim)));
+}
+
+TEST(Egress, Version3JobsNarrowAndResultsShowThePolicy) {
+  ServerLimits lim;
+  JobSpec spec;
+  spec.version = 3;
+  spec.id = "e1";
+  spec.shell = "true";
+  spec.egress = EgressRequest{std::vector<std::string>{"Registry.NPMjs.org:443,80", "10.0.0.0/8"}, {"evil.example"}};
+  auto d = DecodeJob(EncodeJob(spec), lim);
+  ASSERT_TRUE(std::holds_alternative<JobSpec>(d)) << std::get<JobError>(d).message;
+  const JobSpec& got = std::get<JobSpec>(d);
+  ASSERT_TRUE(got.egress && got.egress->allow);
+  EXPECT_EQ(*got.egress->allow, (std::vector<std::string>{"registry.npmjs.org:80,443", "10.0.0.0/8"}));  // canonical
+  EXPECT_EQ(got.egress->deny, std::vector<std::string>{"evil.example"});
+  // Only in version 3 maps; and bad rules are bad_field naming the rule.
+  spec.version = 1;
+  auto v1 = DecodeJob(EncodeJob(spec), lim);
+  ASSERT_TRUE(std::holds_alternative<JobError>(v1));
+  EXPECT_NE(std::get<JobError>(v1).message.find("version 3"), std::string::npos);
+  spec.version = 3;
+  spec.egress->allow = std::vector<std::string>{"10.1.2.3/8"};
+  auto bad = DecodeJob(EncodeJob(spec), lim);
+  ASSERT_TRUE(std::holds_alternative<JobError>(bad));
+  EXPECT_EQ(std::get<JobError>(bad).code, ErrorCode::kBadField);
+  EXPECT_NE(std::get<JobError>(bad).message.find("host bits"), std::string::npos);
+
+  JobResult r;
+  r.id = "e1";
+  auto plain = DecodeResult(EncodeResult(r));
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->network);  // no network: no field at all
+  r.network = NetworkInfo{{"registry.npmjs.org:443"}, {"evil.example"}};
+  auto with = DecodeResult(EncodeResult(r));
+  ASSERT_TRUE(with && with->network);
+  EXPECT_EQ(*with->network, *r.network);
 }
 
 }  // namespace

@@ -49,7 +49,7 @@ def test_undecodable_payloads(pool, raw):
 
 
 @pytest.mark.parametrize("fields,code", [
-    ({"v": 3}, "bad_version"),
+    ({"v": 4}, "bad_version"),
     ({"v": 0}, "bad_version"),
     ({"v": -1}, "bad_version"),
     ({"v": "1"}, "bad_version"),

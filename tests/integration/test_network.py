@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from fake_internet import ALLOWED, DENIED, DNS_SERVER, HOST_UPLINK, IN_RANGE, OTHER, PRIVATE, FakeInternet
-from sandpool_harness import SANDPOOL_CLI, Daemon, wait_for
+from sandpool_harness import SANDPOOL_CLI, Daemon, new_id, result, submit, wait_for, wait_results
 
 if subprocess.run(["which", "nft"], capture_output=True).returncode != 0:
     pytest.skip("the nft command (package nftables) checks the table", allow_module_level=True)
@@ -428,6 +428,104 @@ def test_templates_without_expose_refuse_to_expose(redis_server, internet, tmp_p
         p = subprocess.run(cli + ["expose", "s-no", "8000"], capture_output=True, timeout=60)
         assert p.returncode == 1 and b"unsupported" in p.stderr, p
         subprocess.run(cli + ["destroy", "s-no"], capture_output=True, timeout=120)
+    finally:
+        stop(d)
+
+
+def run_job(redis_server, shell: str, **fields) -> dict:
+    """A job map of version 3 (egress) through Redis; its result map."""
+    r = redis_server.client()
+    job = {"v": 3, "id": new_id("net"), "shell": shell, "template": "web", **fields}
+    submit(r, job)
+    return wait_results(r, [job["id"]], 120)[job["id"]]
+
+
+def test_a_job_narrows_its_templates_policy_and_the_next_job_has_the_templates_again(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path)
+    script = RESOLVE.replace("'", "'\\''")
+    targets = "registry.npm.example a.cdn.example"
+    try:
+        # Only the registry: the wildcard and the template's CIDRs are closed to this job, even
+        # though the template allows them and another job just opened them.
+        wide = resolve(redis_server, "web", "a.cdn.example")
+        assert wide["a.cdn.example"] == f"{OTHER} hello from {OTHER}:80"
+        res = run_job(redis_server, f"python3 -c '{script}' {targets}; python3 -c '{PROBE.replace(chr(39), chr(39) + chr(92) + chr(39) + chr(39))}' {IN_RANGE}:80 {OTHER}:80",
+                      egress={"allow": ["registry.npm.example:80"]})
+        assert res["outcome"] == "exit" and res["exit_code"] == 0, res
+        got = dict(line.split(" ", 1) for line in res["stdout"].decode().splitlines())
+        assert got["registry.npm.example"] == f"{ALLOWED} hello from {ALLOWED}:80"
+        assert got["a.cdn.example"] == "EAI_NONAME"
+        assert got[f"{IN_RANGE}:80"] == "ECONNREFUSED" and got[f"{OTHER}:80"] == "ECONNREFUSED", got
+        # Its result says which policy it had.
+        assert res["network"] == {"egress": {"allow": ["registry.npm.example:80"], "deny": [DENIED + "/32", "evil.cdn.example"]}}
+        # The next job of the same slot has the template's policy again.
+        res = run_job(redis_server, f"python3 -c '{script}' a.cdn.example")
+        assert res["stdout"].decode().strip() == f"a.cdn.example {OTHER} hello from {OTHER}:80", res
+        assert "203.0.113.0/24" in res["network"]["egress"]["allow"]
+        # No egress at all, and asking for more than the template allows.
+        res = run_job(redis_server, f"python3 -c '{script}' registry.npm.example", egress={"allow": []})
+        assert res["stdout"].decode().strip() == "registry.npm.example EAI_NONAME", res
+        res = run_job(redis_server, "true", egress={"allow": ["other.example:80"]})
+        assert res["error"]["code"] == "bad_field" and "outside what template 'web' allows" in res["error"]["message"], res
+        res = run_job(redis_server, "true", v=1, egress={"allow": []})
+        assert res["error"]["code"] == "bad_field" and "version 3" in res["error"]["message"], res
+        res = run_job(redis_server, "true", template="default", egress={"allow": []})
+        assert res["error"]["code"] == "bad_field" and "has no network" in res["error"]["message"], res
+    finally:
+        stop(d)
+
+
+def test_a_session_narrows_its_templates_policy_for_its_whole_life(redis_server, internet, tmp_path):
+    import msgpack
+    d = start(redis_server, internet, tmp_path)
+    r = redis_server.client()
+    cli = [SANDPOOL_CLI, "--redis", redis_server.url, "session"]
+
+    def op(op_name, sid, **fields):
+        """A session operation of version 3, straight through Redis (the CLI speaks version 2)."""
+        op_id = new_id("op")
+        payload = {"v": 3, "id": op_id, "op": op_name, "session": sid, **fields}
+        r.xadd("sandpool:sreq:default", {"id": op_id, "req": msgpack.packb(payload)})
+        raw = wait_for(lambda: r.get(f"sandpool:result:{op_id}"), 60, f"the {op_name} result")
+        return msgpack.unpackb(raw)
+
+    try:
+        res = op("create", "s-narrow", template="web", egress={"allow": ["registry.npm.example:80"]})
+        assert res["ok"], res
+        info = msgpack.unpackb(res["value"]) if isinstance(res["value"], bytes) else res["value"]
+        assert info["network"]["egress"]["allow"] == ["registry.npm.example:80"], info
+        script = RESOLVE.replace("'", "'\\''")
+        check = ["exec", "s-narrow", "--shell", f"python3 -c '{script}' registry.npm.example a.cdn.example"]
+        expect = {"registry.npm.example": f"{ALLOWED} hello from {ALLOWED}:80", "a.cdn.example": "EAI_NONAME"}
+        out = subprocess.run(cli + check, capture_output=True, timeout=60).stdout.decode()
+        assert dict(l.split(" ", 1) for l in out.splitlines()) == expect, out
+        # Stopped and resumed (another slot, perhaps): still narrowed.
+        subprocess.run(cli + ["stop", "s-narrow"], capture_output=True, timeout=60, check=True)
+        subprocess.run(cli + ["create", "s-narrow", "--template", "web"], capture_output=True, timeout=60, check=True)
+        out = subprocess.run(cli + check, capture_output=True, timeout=60).stdout.decode()
+        assert dict(l.split(" ", 1) for l in out.splitlines()) == expect, out
+        # More than the template allows: refused at create.
+        res = op("create", "s-wide", template="web", egress={"allow": ["other.example"]})
+        assert not res["ok"] and res["error"]["code"] == "bad_field", res
+        subprocess.run(cli + ["destroy", "s-narrow"], capture_output=True, timeout=60)
+    finally:
+        stop(d)
+
+
+def test_a_narrowed_job_does_not_inherit_the_previous_jobs_udp_flows(redis_server, internet, tmp_path):
+    """A UDP flow stays established in conntrack after its job; established flows pass before any
+    policy check. A narrowed job must not be able to use one its slot's previous job opened."""
+    d = start(redis_server, internet, tmp_path, conf=CONF.replace("workers = 1", "workers = 1\nmax-workers = 1"))
+    send = "python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((\"0.0.0.0\", 40000)); s.sendto(b\"x\", (\"{}\", 9999)); print(\"sent\")'"
+    try:
+        assert run_job(redis_server, send.format(IN_RANGE))["stdout"] == b"sent\n"
+        entries = subprocess.run(internet.in_host(["cat", "/proc/net/nf_conntrack"]), capture_output=True, text=True).stdout
+        assert f"dst={IN_RANGE}" in entries and "dport=9999" in entries, entries
+        # Narrowed to nothing: the same flow (source port, destination) is refused, and counted.
+        assert run_job(redis_server, send.format(IN_RANGE), egress={"allow": ["registry.npm.example:80"]})["outcome"] == "exit"
+        entries = subprocess.run(internet.in_host(["cat", "/proc/net/nf_conntrack"]), capture_output=True, text=True).stdout
+        assert not any(f"dst={IN_RANGE}" in l and "dport=9999" in l and "ASSURED" in l for l in entries.splitlines()), entries
+        wait_for(lambda: refusals(internet, "policy") >= 1, 30, "the refused flow in the metrics")
     finally:
         stop(d)
 

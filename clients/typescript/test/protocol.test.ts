@@ -274,7 +274,7 @@ describe("decodeJob checks like a daemon", () => {
     ["argv 4097", { v: 1, id: "x", argv: Array(4097).fill("true") }, "too_large"],
     ["shell 1 MiB + 1", { v: 1, id: "x", shell: "#".repeat((1 << 20) + 1) }, "too_large"],
     ["stdin 16 MiB + 1", { v: 1, id: "x", shell: "true", stdin: Buffer.alloc((16 << 20) + 1) }, "too_large"],
-    ["v 3", { v: 3, id: "x", shell: "true" }, "bad_version"],
+    ["v 4", { v: 4, id: "x", shell: "true" }, "bad_version"],
     ["memory_bytes 0", { v: 1, id: "x", shell: "true", memory_bytes: 0 }, "bad_field"],
     ["pids 0", { v: 1, id: "x", shell: "true", pids: 0 }, "bad_field"],
     ["cpu_time_ms 0", { v: 1, id: "x", shell: "true", cpu_time_ms: 0 }, "bad_field"],
