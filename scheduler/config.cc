@@ -176,6 +176,8 @@ const std::vector<Option>& Options() {
        [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 65536, &c->net.connections); }},
       {"net-new-connections", "new connections per second per network sandbox (bursts of twice that)",
        [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 100000, &c->net.new_connections); }},
+      {"net-rate", "bandwidth of each network sandbox, each direction, bytes/s (suffixes k, M, G; 0: unlimited)",
+       Size(+[](DaemonConfig* c) { return &c->net.rate_bytes; })},
       {"net-dns-upstream", "resolvers (IPv4[@port], space-separated) that sandboxes' allowed names are forwarded to (default: the host's /etc/resolv.conf)",
        [](DaemonConfig* c, const std::string& v) { c->net.dns_upstream = v; return Status::Ok(); }},
       {"net-dns-ttl-min", "seconds an address resolved for an allowed name stays open, at least (answers' TTLs are clamped)",
@@ -305,6 +307,11 @@ Status ApplyTemplateKey(TemplateConfig* t, const std::string& key, const std::st
     auto& list = key == "egress" ? t->egress.allow : t->egress.deny;
     list.insert(list.end(), rules->begin(), rules->end());
     if (key == "egress") t->network = true;
+  } else if (key == "net-rate") {
+    uint64_t rate = 0;
+    SP_RETURN_IF_ERROR(size(&rate));
+    if (rate == 0) return Status::Error("net-rate: more than 0 (the daemon's --net-rate is the ceiling)");
+    t->net_rate = rate;
   } else if (key == "expose") {
     SP_RETURN_IF_ERROR(ParseBool(value, &t->expose));
     t->network = t->network || t->expose;
@@ -360,6 +367,9 @@ Status BuildTemplates(DaemonConfig* c,
       return Status::Error("[template " + t.name + "] egress-deny without egress: the template has no network to deny");
     }
     if (c->net.dns_ttl_min > c->net.dns_ttl_max) return Status::Error("--net-dns-ttl-min is above --net-dns-ttl-max");
+    if (t.net_rate && c->net.rate_bytes && *t.net_rate > c->net.rate_bytes) {
+      return Status::Error("[template " + t.name + "] net-rate is above the daemon's --net-rate");
+    }
     if (t.network && !c->net.on) {
       return Status::Error("[template " + t.name + "] " + (t.egress.allow.empty() ? "expose" : "egress") +
                            " needs the daemon's --net on (docs/design/network.md)");

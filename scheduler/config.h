@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct TemplateConfig {
   bool network = false;  // egress or expose: its slots get a link (worker/netns_setup.h)
   EgressPolicy egress;
   bool expose = false;   // `expose = on`: its sessions may expose ports (preview URLs)
+  std::optional<uint64_t> net_rate;  // `net-rate`: lower than the daemon's --net-rate
   uint32_t min_workers = 1;  // sandboxes kept ready (or busy) at all times
   uint32_t max_workers = 8;  // demand may grow the pool up to here, within the host budget
   SandboxConfig sandbox;     // runtime, limits, root directories, base environment
@@ -41,6 +43,7 @@ struct NetConfig {
   bool set_ip_forward = false;          // --net-ip-forward=set (default: require it to be on)
   uint32_t connections = 256;           // concurrent connections per sandbox
   uint32_t new_connections = 50;        // new connections per second per sandbox (burst 2x)
+  uint64_t rate_bytes = 12ull << 20;    // bandwidth per sandbox and direction (0: unlimited)
   std::string dns_upstream;             // resolvers names are forwarded to ("": the host's resolv.conf)
   uint32_t dns_ttl_min = 300, dns_ttl_max = 3600;  // how long a resolved address stays open (s)
   uint32_t dns_qps = 50;                // DNS questions per second per sandbox (burst 2x)

@@ -83,7 +83,7 @@ Result<NetPlan> PlanNetwork(DaemonConfig* config) {
     if (nt.if_prefix.size() + std::to_string(slots - 1).size() >= IFNAMSIZ) {
       return Status::Error("too many templates or slots for interface names (" + nt.if_prefix + std::to_string(slots - 1) + ")");
     }
-    t.sandbox.network = SlotNetwork{true, plan.pool.addr, nt.if_prefix, t.expose};
+    t.sandbox.network = SlotNetwork{true, plan.pool.addr, nt.if_prefix, t.expose, t.net_rate.value_or(config->net.rate_bytes)};
     plan.templates.push_back(std::move(nt));
   }
   return plan;

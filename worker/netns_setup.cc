@@ -8,10 +8,14 @@
 #include <netlink/route/link.h>
 #include <netlink/route/link/inet6.h>
 #include <netlink/route/link/veth.h>
+#include <netlink/route/qdisc.h>
+#include <netlink/route/qdisc/tbf.h>
+#include <netlink/route/tc.h>
 #include <netlink/route/route.h>
 #include <nftables/libnftables.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string>
 
@@ -111,6 +115,25 @@ int AddPair(struct nl_sock* in, const std::string& peer_name, int host_ns) {
   return e;
 }
 
+// A token bucket on `ifindex`'s egress: `rate` bytes/s, a burst of 1/8 s of it (at least
+// 64 KiB), packets waiting at most 50 ms (then dropped: TCP slows down to the rate).
+Status LimitRate(struct nl_sock* s, int ifindex, uint64_t rate) {
+  struct rtnl_qdisc* q = rtnl_qdisc_alloc();
+  if (q == nullptr) return Status::Error("out of memory");
+  int bucket = static_cast<int>(std::max<uint64_t>(64 * 1024, rate / 8));
+  rtnl_tc_set_ifindex(TC_CAST(q), ifindex);
+  rtnl_tc_set_parent(TC_CAST(q), TC_H_ROOT);
+  rtnl_tc_set_handle(TC_CAST(q), TC_HANDLE(1, 0));
+  int e = rtnl_tc_set_kind(TC_CAST(q), "tbf");
+  if (e == 0) {
+    rtnl_qdisc_tbf_set_rate(q, static_cast<int>(std::min<uint64_t>(rate, 0x7fffffff)), bucket, 0);
+    e = rtnl_qdisc_tbf_set_limit_by_latency(q, 50000);
+  }
+  if (e == 0) e = rtnl_qdisc_add(s, q, NLM_F_CREATE | NLM_F_REPLACE);
+  rtnl_qdisc_put(q);
+  return e < 0 ? NlError("tbf qdisc", e) : Status::Ok();
+}
+
 Status WriteSysctl(const char* path, const char* value) {
   UniqueFd f(::open(path, O_WRONLY | O_CLOEXEC));
   if (!f) return errno == ENOENT ? Status::Ok() : ErrnoStatus(path);  // no IPv6 in this kernel: nothing to turn off
@@ -207,6 +230,11 @@ Status HostNetlink::ConnectSlot(const SlotNetwork& net, uint32_t slot) {
   SP_RETURN_IF_ERROR(Up(*in, "eth0", &slot_index));
   SP_RETURN_IF_ERROR(AddAddress(*in, slot_index, SandboxAddress(net, slot)).Prefixed("eth0"));
   SP_RETURN_IF_ERROR(DefaultRoute(*in, slot_index, HostEndAddress(net, slot)));
+  if (net.rate_bytes > 0) {
+    // The sandbox's uploads leave through eth0, its downloads through the host end.
+    SP_RETURN_IF_ERROR(LimitRate(*in, slot_index, net.rate_bytes).Prefixed("eth0"));
+    SP_RETURN_IF_ERROR(LimitRate(impl_->host, host_index, net.rate_bytes).Prefixed(peer));
+  }
   return net.expose ? HandOverToLoopback() : Status::Ok();
 }
 

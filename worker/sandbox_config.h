@@ -20,6 +20,9 @@ struct SlotNetwork {
   // Sessions may expose ports: TCP connections arriving on eth0 (only the preview proxy's can)
   // are handed to 127.0.0.1, so servers bound to localhost are reachable too.
   bool expose = false;
+  // Bandwidth of each direction of the link, bytes per second (0: unlimited): a tbf qdisc on
+  // both ends, so one sandbox cannot saturate the host's uplink.
+  uint64_t rate_bytes = 0;
 };
 
 struct SandboxConfig {

@@ -174,7 +174,7 @@ TEST(ProtocolVectors, ArgvJobEncodesToVector) {
 TEST(ProtocolVectors, Rejections) {
   EXPECT_EQ(DecodeError(Hex("c1")), ErrorCode::kBadPayload);
   EXPECT_EQ(DecodeError(Hex("93 01 02 03")), ErrorCode::kBadPayload);
-  EXPECT_EQ(DecodeError(Hex("82 a1 76 04 a2 69 64 a2 74 34")), ErrorCode::kBadVersion);
+  EXPECT_EQ(DecodeError(Hex("82 a1 76 04 a2 69 64 a2 74 36")), ErrorCode::kBadVersion);
   EXPECT_EQ(DecodeError(Hex("83 a1 76 01 a2 69 64 a2 74 34 a5 73 68 65 6c 6c 2a")),
             ErrorCode::kBadField);
   EXPECT_EQ(DecodeError(Hex("83 a1 76 01 a2 69 64 a2 74 35 a3 66 6f 6f c3")),

@@ -530,6 +530,26 @@ def test_a_narrowed_job_does_not_inherit_the_previous_jobs_udp_flows(redis_serve
         stop(d)
 
 
+def test_bandwidth_is_limited_per_sandbox(redis_server, internet, tmp_path):
+    # 1 MiB through a link of 256 KiB/s (a bucket of 64 KiB) cannot take less than 3.75 s; without
+    # the limit it takes milliseconds. A lower bound set by the limit itself, not a speed claim.
+    big = internet.workdir / "files" / ALLOWED / "big.bin"
+    big.parent.mkdir(parents=True, exist_ok=True)
+    big.write_bytes(b"x" * (1 << 20))
+    d = start(redis_server, internet, tmp_path, extra=["--net-rate", "256k"])
+    try:
+        out = run(redis_server, "web", f"""python3 -c '
+import time, urllib.request
+t = time.monotonic(); n = len(urllib.request.urlopen("http://{ALLOWED}/big.bin", timeout=60).read())
+print(n, round(time.monotonic() - t, 2))
+'""")
+        size, seconds = out.split()
+        assert int(size) == 1 << 20
+        assert float(seconds) >= 3.0, out
+    finally:
+        stop(d)
+
+
 def test_a_resolved_address_closes_after_its_ttl(redis_server, internet, tmp_path):
     d = start(redis_server, internet, tmp_path, extra=["--net-dns-ttl-min", "2", "--net-dns-ttl-max", "2"])
     try:
