@@ -188,6 +188,19 @@ const std::vector<Option>& Options() {
        [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 100000, &c->net.dns_qps); }},
       {"net-preview-listen", "address:port of the preview proxy (sessions' exposed ports; 'off': none)",
        [](DaemonConfig* c, const std::string& v) { c->net.preview_listen = v; return Status::Ok(); }},
+      {"net-expose-ports", "host ports exposed session ports get (LO-HI; 'off': none)",
+       [](DaemonConfig* c, const std::string& v) {
+         if (v == "off") {
+           c->net.host_port_lo = c->net.host_port_hi = 0;
+           return Status::Ok();
+         }
+         size_t dash = v.find('-');
+         auto lo = ParseUint(v.substr(0, dash)), hi = ParseUint(dash == std::string::npos ? "" : v.substr(dash + 1));
+         if (!lo.ok() || !hi.ok() || *lo < 1 || *lo > *hi || *hi > 65535) return Status::Error("--net-expose-ports must be LO-HI or off");
+         c->net.host_port_lo = static_cast<uint16_t>(*lo);
+         c->net.host_port_hi = static_cast<uint16_t>(*hi);
+         return Status::Ok();
+       }},
       {"net-preview-url", "base of preview URLs, '{port}' standing for the proxy's port (default http://<host name>:{port}/)",
        [](DaemonConfig* c, const std::string& v) { c->net.preview_url = v; return Status::Ok(); }},
       {"session-idle-timeout-ms", "a session nothing used this long is stopped, unless it names its own (0: never)",

@@ -49,6 +49,7 @@ struct NetConfig {
   uint32_t dns_qps = 50;                // DNS questions per second per sandbox (burst 2x)
   std::string preview_listen = "0.0.0.0:8480";  // the preview proxy's socket; "off": none
   std::string preview_url;              // URL base of previews ("": http://<host name>:{port}/)
+  uint16_t host_port_lo = 30000, host_port_hi = 30999;  // exposed ports' host ports (0: none)
 };
 
 struct DaemonConfig {

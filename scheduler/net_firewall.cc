@@ -97,6 +97,16 @@ Status NetFirewall::ResetSlot(uint32_t slot, const std::string& ifname) {
   return r.ok() ? Status::Ok() : r.status().Prefixed("resetting slot " + std::to_string(slot));
 }
 
+Status NetFirewall::MapHostPort(uint16_t host_port, uint32_t addr, uint16_t port) {
+  auto r = Run(NftMapHostPort(plan_, host_port, addr, port));
+  return r.ok() ? Status::Ok() : r.status().Prefixed("host port " + std::to_string(host_port));
+}
+
+Status NetFirewall::UnmapHostPort(uint16_t host_port) {
+  auto r = Run(NftUnmapHostPort(plan_, host_port));
+  return r.ok() ? Status::Ok() : r.status().Prefixed("host port " + std::to_string(host_port));
+}
+
 void NetFirewall::ForgetSet(const std::string& set) {
   std::erase_if(open_until_, [&](const auto& kv) { return kv.first.rfind(set + "/", 0) == 0; });
 }

@@ -43,6 +43,9 @@ class NetFirewall {
   // session's start and end.
   Status NarrowSlot(uint32_t template_index, uint32_t slot, const std::string& ifname, const EgressPolicy& policy);
   Status ResetSlot(uint32_t slot, const std::string& ifname);
+  // nft_ruleset.h NftMapHostPort / NftUnmapHostPort (expose and unexpose).
+  Status MapHostPort(uint16_t host_port, uint32_t addr, uint16_t port);
+  Status UnmapHostPort(uint16_t host_port);
 
   // Adds what the counters counted since the last call to `metrics` (refusals by template and
   // reason, spoofed packets). Once per heartbeat.

@@ -46,12 +46,16 @@ Result<Network> SetUpNetwork(DaemonConfig* config) {
     if (!preview.ok()) return preview.status();
     net.preview = std::move(preview.value());
     net.plan->preview_uid = uid;
-    net.exposure = std::make_unique<PortExposure>(net.preview.get(), PreviewUrlBase(c.preview_url, net.preview->port()));
+    net.plan->host_port_lo = c.host_port_lo;
+    net.plan->host_port_hi = c.host_port_hi;
+    net.exposure = std::make_unique<PortExposure>(net.preview.get(), PreviewUrlBase(c.preview_url, net.preview->port()),
+                                                  c.host_port_lo, c.host_port_hi);
     LogInfo("preview proxy listening", {{"addr", c.preview_listen}, {"port", net.preview->port()}, {"uid", uid}});
   }
   auto fw = NetFirewall::Install(*net.plan, c.set_ip_forward);
   if (!fw.ok()) return fw.status();
   net.firewall = std::move(fw.value());
+  if (net.exposure) net.exposure->SetFirewall(net.firewall.get());
   LogInfo("network table loaded", {{"table", net.plan->table}, {"templates", net.plan->templates.size()}});
   return net;
 }

@@ -156,6 +156,17 @@ std::string NftOpenAddresses(const NetPlan& plan, const std::string& set_name, c
   return out + "add element " + set + " { " + with_timeouts + " }\n";
 }
 
+std::string NftMapHostPort(const NetPlan& plan, uint16_t host_port, uint32_t addr, uint16_t port) {
+  std::string a = Cidr{addr, 32}.ToString();
+  a.resize(a.size() - 3);
+  return "add element inet " + plan.table + " hostport4 { " + std::to_string(host_port) + " : " + a + " . " +
+         std::to_string(port) + " }\n";
+}
+
+std::string NftUnmapHostPort(const NetPlan& plan, uint16_t host_port) {
+  return "delete element inet " + plan.table + " hostport4 { " + std::to_string(host_port) + " }\n";
+}
+
 std::string NftDeleteTable(const NetPlan& plan) {
   // Declaring the table first makes the delete succeed whether or not it exists.
   return "table inet " + plan.table + "\ndelete table inet " + plan.table + "\n";
@@ -173,6 +184,7 @@ std::string NftRuleset(const NetPlan& plan) {
   o << "  set conns4 { type ipv4_addr; size 65536; flags dynamic; }\n";
   o << "  set rate4 { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 60s; }\n";
   o << "  map narrowed { type ifname : verdict; }\n";
+  o << "  map hostport4 { type inet_service : ipv4_addr . inet_service; }\n";
   o << "  counter " << CounterName(NetCounter::kSpoofed, 0) << " { }\n";
   for (const NetPlan::Template& t : plan.templates) {
     for (NetCounter k : {NetCounter::kHost, NetCounter::kAlways, NetCounter::kPolicy, NetCounter::kLimit}) {
@@ -210,7 +222,15 @@ std::string NftRuleset(const NetPlan& plan) {
         << "\n";
     }
   }
+  // Exposed ports' host ports: from anywhere but a slot (slots cannot reach the host's
+  // addresses, and a DNAT into the pool would be refused as sandbox to sandbox anyway).
+  if (plan.host_port_lo) o << "    iifname != " << any << " fib daddr type local dnat ip to tcp dport map @hostport4\n";
   o << "  }\n";
+  if (plan.host_port_lo) {
+    // ... and from the host's own processes, on its non-loopback addresses.
+    o << "  chain nat_output { type nat hook output priority -100; policy accept;\n"
+      << "    fib daddr type local dnat ip to tcp dport map @hostport4\n  }\n";
+  }
   // To the host itself: only a slot's own template's resolver, reached through that redirect.
   // The resolvers' ports take nothing from anywhere else.
   std::string dns_ports;
@@ -245,12 +265,15 @@ std::string NftRuleset(const NetPlan& plan) {
   for (const NetPlan::Template& t : plan.templates) o << "    iifname \"" << t.if_prefix << "*\" goto t_" << t.index << "\n";
   o << "    " << refuse << "\n  }\n";
   // Into a slot only what answers its own connections.
-  o << "  chain to_slot {\n    ct state established,related accept\n    drop\n  }\n";
+  o << "  chain to_slot {\n    ct state established,related accept\n";
+  if (plan.host_port_lo) o << "    ct status dnat meta l4proto tcp accept\n";  // a host port's connection
+  o << "    drop\n  }\n";
   // From the host itself into a slot: answers (DNS replies, refusals), and the preview proxy.
   o << "  chain output { type filter hook output priority filter; policy accept;\n"
     << "    oifname " << any << " jump host_to_slot\n  }\n";
   o << "  chain host_to_slot {\n    ct state established,related,untracked accept\n";
   if (plan.preview_uid != 0) o << "    meta skuid " << plan.preview_uid << " meta l4proto tcp ct state new accept\n";
+  if (plan.host_port_lo) o << "    ct status dnat meta l4proto tcp accept\n";
   o << "    " << refuse << "\n  }\n";
   for (const NetPlan::Template& t : plan.templates) {
     const std::string n = std::to_string(t.index);

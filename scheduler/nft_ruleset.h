@@ -23,7 +23,8 @@
 //     addresses its resolver answered for allowed names (set dyn_t, each element with the
 //     answer's TTL); no match: refused (policy_t);
 //   - from the host into a slot: replies, and new TCP connections of the preview proxy's uid
-//     (preview_proxy.h) only; nothing else on the host can reach a sandbox's servers;
+//     (preview_proxy.h) only; nothing else on the host can reach a sandbox's servers, but
+//     through an exposed port's host port (hostport4: DNAT from anything but a slot);
 //   - past the per-sandbox limits (concurrent connections, new connections per second):
 //     refused or dropped (limit_t); otherwise accepted and masqueraded behind the host.
 // A refused TCP connection gets a reset, so connect() fails at once (ECONNREFUSED) instead of
@@ -54,6 +55,7 @@ struct NetPlan {
   std::vector<Template> templates;  // network templates only
   std::vector<Cidr> never;          // always refused: fixed ranges and the pool itself
   uint32_t preview_uid = 0;         // the preview proxy's host uid: may open connections into slots (0: none)
+  uint16_t host_port_lo = 0, host_port_hi = 0;  // exposed ports' host ports (0: none)
   bool empty() const { return templates.empty(); }
 };
 
@@ -92,6 +94,11 @@ std::string SlotDynSet(uint32_t slot);
 std::string NftNarrowSlot(const NetPlan& plan, uint32_t template_index, uint32_t slot, const std::string& ifname,
                           const EgressPolicy& policy);
 std::string NftResetSlot(const NetPlan& plan, uint32_t slot, const std::string& ifname);
+
+// An exposed port's host port (hostport4 map: DNAT of TCP to that host port, on any of the
+// host's addresses, from anywhere but a slot, to `addr`:`port`), and its end.
+std::string NftMapHostPort(const NetPlan& plan, uint16_t host_port, uint32_t addr, uint16_t port);
+std::string NftUnmapHostPort(const NetPlan& plan, uint16_t host_port);
 
 // The named counters of the table and what they count. `template_index` is -1 for `spoofed`.
 enum class NetCounter { kHost, kAlways, kPolicy, kLimit, kSpoofed };

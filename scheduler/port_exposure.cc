@@ -20,8 +20,9 @@ void Pack(msgpack::packer<msgpack::sbuffer>& pk, const PortExposure::Port& p) {
   Str(pk, "http");
   Str(pk, "url");
   Str(pk, p.url);
-  Str(pk, "host_port");  // host ports (a DNAT per exposure) are not served yet
-  pk.pack_nil();
+  Str(pk, "host_port");
+  if (p.host_port) pk.pack_uint32(p.host_port);
+  else pk.pack_nil();
   Str(pk, "created_ms");
   pk.pack_int64(p.created_ms);
 }
@@ -33,8 +34,18 @@ Result<PortExposure::Port> PortExposure::Expose(const std::string& session, uint
   auto it = ports.find(port);
   if (it != ports.end()) return it->second;
   if (ports.size() >= kMaxPerSession) return Status::Error("at most 16 ports per session");
-  Port p{port, NewPreviewToken(), "", WallMs()};
+  Port p{port, 0, NewPreviewToken(), "", WallMs()};
   p.url = url_base_ + p.token + "/";
+  if (firewall_ && host_port_lo_) {
+    for (uint32_t h = host_port_lo_; h <= host_port_hi_; ++h) {
+      if (host_ports_.count(static_cast<uint16_t>(h))) continue;
+      Status mapped = firewall_->MapHostPort(static_cast<uint16_t>(h), sandbox_addr, port);
+      if (!mapped.ok()) return mapped;
+      p.host_port = static_cast<uint16_t>(h);
+      host_ports_.insert(p.host_port);
+      break;
+    }
+  }
   proxy_->Add(p.token, sandbox_addr, port);
   ports[port] = p;
   return p;
@@ -45,7 +56,7 @@ void PortExposure::Unexpose(const std::string& session, uint16_t port) {
   if (s == sessions_.end()) return;
   auto it = s->second.find(port);
   if (it == s->second.end()) return;
-  proxy_->Remove(it->second.token);
+  Release(it->second);
   s->second.erase(it);
   if (s->second.empty()) sessions_.erase(s);
 }
@@ -62,8 +73,17 @@ std::vector<PortExposure::Port> PortExposure::List(const std::string& session) c
 void PortExposure::Clear(const std::string& session) {
   auto s = sessions_.find(session);
   if (s == sessions_.end()) return;
-  for (const auto& [port, p] : s->second) proxy_->Remove(p.token);
+  for (const auto& [port, p] : s->second) Release(p);
   sessions_.erase(s);
+}
+
+void PortExposure::Release(const Port& p) {
+  proxy_->Remove(p.token);
+  if (p.host_port == 0) return;
+  host_ports_.erase(p.host_port);
+  // A failure leaves the port mapped to a server that is gone (nothing answers there); the
+  // table, and the mapping with it, goes with the daemon.
+  if (firewall_) (void)firewall_->UnmapHostPort(p.host_port);
 }
 
 std::string PortExposure::Encode(const Port& p) {

@@ -349,16 +349,20 @@ def test_a_session_installs_a_package_from_an_allowed_registry_and_a_disallowed_
         stop(d)
 
 
-def fetch(internet, url: str) -> str:
-    """GET from the test host (not a sandbox): "<status> <body>"."""
-    p = subprocess.run(internet.in_host([sys.executable, "-c", f"""
-import urllib.request, urllib.error
+def fetch(internet, url: str, ns: str = "") -> str:
+    """GET from the test host (not a sandbox), or from namespace `ns`: "<status> <body>", or the
+    error's name."""
+    argv = [sys.executable, "-c", f"""
+import errno, urllib.request, urllib.error
 try:
     r = urllib.request.urlopen({url!r}, timeout=20); print(r.status, r.read().decode(), end="")
 except urllib.error.HTTPError as e:
     print(e.code, e.read().decode(), end="")
-"""]), capture_output=True, text=True, timeout=60)
-    return p.stdout or p.stderr
+except urllib.error.URLError as e:
+    print(errno.errorcode.get(getattr(e.reason, "errno", 0), str(e.reason)), end="")
+"""]
+    cmd = ["nsenter", f"--net=/run/netns/{ns}", *argv] if ns else internet.in_host(argv)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
 
 
 def test_a_session_server_is_reached_through_its_preview_url_and_nothing_else(redis_server, internet, tmp_path):
@@ -385,6 +389,11 @@ def test_a_session_server_is_reached_through_its_preview_url_and_nothing_else(re
         assert len(token) == 26
         assert json.loads(session("expose", "s-web", "8000"))["url"] == url  # idempotent
         assert fetch(internet, url + "index.html") == "200 hello preview\n"
+        # Its host port: from the fake internet and from the host itself, on the host's address.
+        host_port = exposed["host_port"]
+        assert 30000 <= host_port <= 30999, exposed
+        assert fetch(internet, f"http://{HOST_UPLINK}:{host_port}/index.html", ns=internet.inet_ns) == "200 hello preview\n"
+        assert fetch(internet, f"http://{HOST_UPLINK}:{host_port}/index.html") == "200 hello preview\n"
         base = url[: -len(token) - 1]
         # Without the token, with another one, or with a prefix of it: the same 404.
         assert fetch(internet, base + "index.html").startswith("404 ")
@@ -407,10 +416,12 @@ except OSError as e:
         assert p.stdout.strip() == "ECONNREFUSED", p
         # Nor can a sandbox reach the preview port (an address of the host).
         port = url.split(":")[2].split("/")[0]
-        assert probe(redis_server, "web", f"{HOST_UPLINK}:{port}") == {f"{HOST_UPLINK}:{port}": "ECONNREFUSED"}
+        got = probe(redis_server, "web", f"{HOST_UPLINK}:{port}", f"{HOST_UPLINK}:{host_port}")
+        assert got == {f"{HOST_UPLINK}:{port}": "ECONNREFUSED", f"{HOST_UPLINK}:{host_port}": "ECONNREFUSED"}, got
         # Unexposed, or the session stopped: gone.
         session("unexpose", "s-web", "8000")
         assert fetch(internet, url + "index.html").startswith("404 ")
+        assert fetch(internet, f"http://{HOST_UPLINK}:{host_port}/index.html", ns=internet.inet_ns) == "ECONNREFUSED"
         assert [p["port"] for p in json.loads(session("ports", "s-web"))["ports"]] == [8001]
         session("expose", "s-web", "8000")
         session("stop", "s-web")
