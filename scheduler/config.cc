@@ -176,6 +176,20 @@ const std::vector<Option>& Options() {
        [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 65536, &c->net.connections); }},
       {"net-new-connections", "new connections per second per network sandbox (bursts of twice that)",
        [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 100000, &c->net.new_connections); }},
+      {"net-allow-private", "IPv4 ranges (space-separated) taken out of the always-refused ones (private, link-local ...), "
+                            "so that templates' policies may allow them; never the host's own addresses or other sandboxes",
+       [](DaemonConfig* c, const std::string& v) {
+         std::istringstream words(v);
+         c->net.allow_private.clear();
+         for (std::string w; words >> w;) {
+           auto r = ParseEgressRule(w);
+           if (!r.ok() || r->kind != EgressRule::Kind::kCidr || !r->ports.empty()) {
+             return Status::Error("--net-allow-private: '" + w + "' is not an IPv4 range");
+           }
+           c->net.allow_private.push_back(r->cidr);
+         }
+         return Status::Ok();
+       }},
       {"net-rate", "bandwidth of each network sandbox, each direction, bytes/s (suffixes k, M, G; 0: unlimited)",
        Size(+[](DaemonConfig* c) { return &c->net.rate_bytes; })},
       {"net-dns-upstream", "resolvers (IPv4[@port], space-separated) that sandboxes' allowed names are forwarded to (default: the host's /etc/resolv.conf)",

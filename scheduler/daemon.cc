@@ -431,7 +431,7 @@ void Daemon::Heartbeat() {
 void Daemon::WriteHeartbeatRecord() {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_map(9);
+  pk.pack_map(10);
   pk.pack("v"), pk.pack(1);
   pk.pack("consumer"), pk.pack(config_.consumer);
   pk.pack("pid"), pk.pack(static_cast<int64_t>(::getpid()));
@@ -441,6 +441,17 @@ void Daemon::WriteHeartbeatRecord() {
   pk.pack("busy"), pk.pack(static_cast<uint64_t>(pools_->BusyCount()));
   pk.pack("draining"), pk.pack(draining_);
   pk.pack("started_ms"), pk.pack(started_ms_);
+  // Network templates' policies (PROTOCOL.md section 10): what jobs and sessions may narrow.
+  size_t networked = 0;
+  for (const TemplateConfig& t : config_.templates) networked += t.network;
+  pk.pack("templates"), pk.pack_map(static_cast<uint32_t>(networked));
+  for (const TemplateConfig& t : config_.templates) {
+    if (!t.network) continue;
+    pk.pack(t.name);
+    pk.pack_map(2);
+    pk.pack("network"), PackNetworkInfo(pk, ShowEgress(t.egress));
+    pk.pack("expose"), pk.pack(t.expose);
+  }
   cmd_->Command({"SET", keys_.Daemon(config_.consumer), std::string(buf.data(), buf.size()), "PX",
                  std::to_string(3 * config_.heartbeat_ms)},
                 [](redisReply*) {});

@@ -54,6 +54,7 @@ struct NetPlan {
   };
   std::vector<Template> templates;  // network templates only
   std::vector<Cidr> never;          // always refused: fixed ranges and the pool itself
+  std::vector<Cidr> exempt;         // ... but these (the operator's --net-allow-private)
   uint32_t preview_uid = 0;         // the preview proxy's host uid: may open connections into slots (0: none)
   uint16_t host_port_lo = 0, host_port_hi = 0;  // exposed ports' host ports (0: none)
   bool empty() const { return templates.empty(); }
@@ -70,7 +71,7 @@ std::string NftRuleset(const NetPlan& plan);
 // Removes the table (no error if it is gone).
 std::string NftDeleteTable(const NetPlan& plan);
 
-// Whether `addr` (host byte order) is in plan.never: no policy can allow it.
+// Whether `addr` (host byte order) is in plan.never and not plan.exempt: no policy can allow it.
 bool AlwaysRefused(const NetPlan& plan, uint32_t addr);
 
 // Elements to open in template `t`'s dyn set: each address with each port range (none: all

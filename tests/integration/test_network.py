@@ -111,12 +111,18 @@ def test_allowed_ranges_are_reached_and_everything_else_is_refused_at_once(redis
     d = start(redis_server, internet, tmp_path)
     try:
         assert "sandpool_" in internet.nft("list", "tables")
+        # The template's policy is in the daemon's record.
+        import msgpack
+        record = msgpack.unpackb(redis_server.client().get(f"sandpool:daemon:{d.consumer}"))
+        assert record["templates"]["web"]["network"]["egress"]["deny"] == [DENIED + "/32", "evil.cdn.example"], record
+        assert record["templates"]["web"]["expose"] is True
         got = probe(redis_server, "web",
                     f"{ALLOWED}:80",       # allowed address and port
                     f"{ALLOWED}:8080",     # allowed address, another port
                     f"{OTHER}:80",         # a fake internet host nobody allowed
                     f"{HOST_UPLINK}:6379",  # the host's own address (a canary listens there)
                     "gw:6379",             # the host end of the sandbox's own link
+                    "gw:19464", f"{HOST_UPLINK}:19464",  # the daemon's metrics port (on the test host's 127.0.0.1)
                     "127.0.0.1:6379",      # the sandbox's own loopback, not the host's
                     *(f"{a}:80" for a in PRIVATE),  # private ranges, cloud metadata
                     f"{IN_RANGE}:80",      # inside an allowed range
@@ -126,7 +132,7 @@ def test_allowed_ranges_are_reached_and_everything_else_is_refused_at_once(redis
         assert got[f"{IN_RANGE}:80"] == f"ok hello from {IN_RANGE}:80"
         # Refused by the policy: a reset at once (ECONNREFUSED), never a timeout; that nothing
         # listening did not cause it shows in the servers' logs below.
-        refused = [f"{ALLOWED}:8080", f"{OTHER}:80", f"{HOST_UPLINK}:6379", "gw:6379",
+        refused = [f"{ALLOWED}:8080", f"{OTHER}:80", f"{HOST_UPLINK}:6379", "gw:6379", "gw:19464", f"{HOST_UPLINK}:19464",
                    *(f"{a}:80" for a in PRIVATE), f"{DENIED}:80", f"{ALLOWED}:853"]
         for t in refused:
             assert got[t] == "ECONNREFUSED", (t, got)
@@ -136,7 +142,7 @@ def test_allowed_ranges_are_reached_and_everything_else_is_refused_at_once(redis
                                                         f"{IN_RANGE}:80 from {HOST_UPLINK}"]
         assert internet.connections("host") == []
         # Refusals are counted by template and reason, never by job.
-        want = {"policy": 3, "host": 2, "always": len(PRIVATE) + 1, "limit": 0}
+        want = {"policy": 3, "host": 4, "always": len(PRIVATE) + 1, "limit": 0}
         wait_for(lambda: refusals(internet, "policy") >= 3, 30, "the policy refusals in the metrics")
         assert {r: refusals(internet, r) for r in want} == want
     finally:
@@ -164,11 +170,33 @@ for fam, typ, proto in ((socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP), (
 cat /proc/net/if_inet6 | awk '{print $6}'
 ip addr add 10.200.0.99/31 dev eth0 2>&1 | tail -1 || true
 ip link set eth0 address 02:00:00:00:00:01 2>&1 | tail -1 || true
+ip neigh replace 10.200.0.1 lladdr 02:00:00:00:00:02 dev eth0 2>&1 | tail -1 || true
 """, check=False)
         # Raw IP: EPERM (no CAP_NET_RAW where the namespace belongs); packet sockets: EPERM (seccomp);
         # ICMP datagram sockets: EACCES (ping_group_range). IPv6 only on loopback. The link's
         # address and MAC: EPERM (no CAP_NET_ADMIN).
-        assert out.splitlines() == ["1", "1", "13", "lo"] + ["RTNETLINK answers: Operation not permitted"] * 2, out
+        assert out.splitlines() == ["1", "1", "13", "lo"] + ["RTNETLINK answers: Operation not permitted"] * 3, out
+    finally:
+        stop(d)
+
+
+def test_a_packet_with_a_forged_source_is_dropped_and_counted(redis_server, internet, tmp_path):
+    """Sandboxes cannot forge packets (no CAP_NET_RAW); root on the host can, in a slot's
+    namespace: the host end drops what does not come from the slot's own address."""
+    d = start(redis_server, internet, tmp_path)
+    try:
+        run(redis_server, "web", "true")  # the template's slot exists
+        netns = next(f"/proc/{pid}/ns/net" for pid in d.sandbox_processes()
+                     if "eth0:" in open(f"/proc/{pid}/net/dev").read())
+        forge = f"""
+import socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+for src in ("10.200.99.99", "{OTHER}", "8.8.8.8"):
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 0, 0, 64, 17, 0, socket.inet_aton(src), socket.inet_aton("{IN_RANGE}"))
+    s.sendto(ip + struct.pack("!HHHH", 4000, 9999, 8, 0), ("{IN_RANGE}", 0))
+"""
+        subprocess.run(["nsenter", f"--net={netns}", sys.executable, "-c", forge], check=True, timeout=60)
+        wait_for(lambda: "sandpool_net_spoofed_packets_total 3" in metrics(internet), 30, "the forged packets in the metrics")
     finally:
         stop(d)
 
