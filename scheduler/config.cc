@@ -202,7 +202,8 @@ const std::vector<Option>& Options() {
        [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 100000, &c->net.dns_qps); }},
       {"net-preview-listen", "address:port of the preview proxy (sessions' exposed ports; 'off': none)",
        [](DaemonConfig* c, const std::string& v) { c->net.preview_listen = v; return Status::Ok(); }},
-      {"net-expose-ports", "host ports exposed session ports get (LO-HI; 'off': none)",
+      {"net-expose-ports", "host ports exposed session ports get (LO-HI, e.g. 40000-40999; default off: a host port "
+                           "takes anyone's connections without a token, whatever the session's egress policy)",
        [](DaemonConfig* c, const std::string& v) {
          if (v == "off") {
            c->net.host_port_lo = c->net.host_port_hi = 0;

@@ -50,7 +50,9 @@ struct NetConfig {
   uint32_t dns_qps = 50;                // DNS questions per second per sandbox (burst 2x)
   std::string preview_listen = "0.0.0.0:8480";  // the preview proxy's socket; "off": none
   std::string preview_url;              // URL base of previews ("": http://<host name>:{port}/)
-  uint16_t host_port_lo = 30000, host_port_hi = 30999;  // exposed ports' host ports (0: none)
+  // Exposed ports' host ports (0: none, the default): a host port takes connections from anyone
+  // without a token, so it opens a way in to the sandbox whatever its egress policy says.
+  uint16_t host_port_lo = 0, host_port_hi = 0;
 };
 
 struct DaemonConfig {

@@ -12,6 +12,7 @@ namespace {
 
 constexpr uint16_t kMaxUdpSize = 1232;  // the DNS flag day's safe EDNS size
 constexpr int kMaxChain = 8;
+constexpr size_t kMaxAddresses = 16;  // per answer: each one is a set element in the kernel
 
 struct PktFree {
   void operator()(ldns_pkt* p) const { ldns_pkt_free(p); }
@@ -137,6 +138,7 @@ FilteredAnswer FilterDnsAnswer(std::span<const uint8_t> query, std::span<const u
       ++out.dropped;
       continue;
     }
+    if (a_records.size() >= kMaxAddresses) continue;
     ldns_rr* kept = ldns_rr_clone(rr);
     ldns_rr_set_ttl(kept, clamp(ldns_rr_ttl(rr)));
     out.opened.push_back({addr, ldns_rr_ttl(kept)});

@@ -50,7 +50,8 @@ struct FilteredAnswer {
 // starts at the question's name (at most 8 links, each owner the previous target) and the A
 // records of its last name; drops every other record and section. A records whose address
 // `refused_address` says no to are dropped; if that leaves none of several, the reply is
-// REFUSED (an allowed name pointing at a private or host address: rebinding). TTLs of the
+// REFUSED (an allowed name pointing at a private or host address: rebinding). At most 16
+// addresses are kept (each becomes a kernel set element). TTLs of the
 // kept records are clamped to [ttl_min, ttl_max]. A reply that would not fit the client's UDP
 // size is truncated (TC, no records) when `udp` is set. Upstream garbage: SERVFAIL.
 FilteredAnswer FilterDnsAnswer(std::span<const uint8_t> query, std::span<const uint8_t> upstream,

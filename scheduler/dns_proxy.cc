@@ -41,6 +41,13 @@ struct NameVerdict {
 
 NameVerdict Judge(const EgressPolicy& policy, const std::string& name) {
   NameVerdict v;
+  // ldns writes a dot or other byte inside a label escaped ("x\.foo"): such a name is not one a
+  // rule could mean, and its text would not say where its labels end.
+  if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+      })) {
+    return v;
+  }
   for (const EgressRule& r : policy.deny) {
     if (EgressRuleMatchesName(r, name)) return v;
   }
@@ -55,6 +62,13 @@ NameVerdict Judge(const EgressPolicy& policy, const std::string& name) {
     else unfiltered = true;
   }
   if (any_port) v.ports.clear();
+  std::sort(v.ports.begin(), v.ports.end(), [](const PortRange& a, const PortRange& b) { return a.lo < b.lo; });
+  std::vector<PortRange> merged;  // overlapping ranges of one address cannot share an interval set
+  for (const PortRange& p : v.ports) {
+    if (!merged.empty() && p.lo <= merged.back().hi + 1u) merged.back().hi = std::max(merged.back().hi, p.hi);
+    else merged.push_back(p);
+  }
+  v.ports = std::move(merged);
   if (v.allowed && !unfiltered) v.within = within;
   return v;
 }
@@ -101,6 +115,8 @@ struct DnsProxy::Impl {
     bool udp;
     NameVerdict verdict;
     std::string set;  // where its addresses are opened
+    uint32_t src = 0;
+    uint64_t generation = 0;  // the sandbox's policy generation when it asked
     int async_id = 0;
   };
   struct Narrowed {
@@ -108,6 +124,10 @@ struct DnsProxy::Impl {
     uint32_t slot;
   };
   std::map<uint32_t, Narrowed> narrowed;  // by sandbox address
+  // Bumped whenever a sandbox address's policy changes: an answer to a question asked under
+  // another policy (a previous job's, late on purpose) opens nothing.
+  std::map<uint32_t, uint64_t> generations;
+  bool closing = false;
 
   NetPlan* plan = nullptr;
   DnsOptions options;
@@ -120,7 +140,9 @@ struct DnsProxy::Impl {
   std::set<Pending*> pending;
 
   ~Impl() {
-    if (ub) ub_ctx_delete(ub);  // no callback runs after this
+    // ub_ctx_delete answers every pending query (SERVFAIL) through OnResolved: ignored now.
+    closing = true;
+    if (ub) ub_ctx_delete(ub);
     for (Pending* p : pending) delete p;
     for (auto& t : templates) {
       if (t->udp_ev) event_free(t->udp_ev);
@@ -133,12 +155,12 @@ struct DnsProxy::Impl {
 
   bool Allow(uint32_t src) {
     int64_t now = MonotonicUs();
+    if (buckets.size() > 65536) buckets.clear();  // addresses come from the pool: never this many
     Bucket& b = buckets[src];
     double burst = 2.0 * options.qps;
     if (b.at_us == 0) b.tokens = burst;
     b.tokens = std::min(burst, b.tokens + static_cast<double>(now - b.at_us) * options.qps / 1e6);
     b.at_us = now;
-    if (buckets.size() > 65536) buckets.clear();  // addresses come from the pool: never this many
     if (b.tokens < 1) return false;
     b.tokens -= 1;
     return true;
@@ -153,8 +175,7 @@ struct DnsProxy::Impl {
       return;
     }
     if (!Allow(src)) {
-      Count(t, "ratelimited");
-      reply(LocalDnsReply(query, kRcodeRefused));
+      Count(t, "ratelimited");  // dropped: answering a flood would only feed it
       return;
     }
     auto narrow = narrowed.find(src);
@@ -177,7 +198,8 @@ struct DnsProxy::Impl {
       reply(LocalDnsReply(query, kRcodeRefused));
       return;
     }
-    auto* p = new Pending{this, t, std::move(query), std::move(reply), udp, std::move(v), std::move(set)};
+    auto* p = new Pending{this, t, std::move(query), std::move(reply), udp, std::move(v), std::move(set), src,
+                          generations[src]};
     pending.insert(p);
     int rc = ub_resolve_event(ub, q->name.c_str(), kDnsTypeA, 1, p, &Impl::OnResolved, &p->async_id);
     if (rc != 0) {
@@ -193,8 +215,13 @@ struct DnsProxy::Impl {
   static void OnResolved(void* arg, int rcode, void* packet, int len, int, char*, int) {
     auto* p = static_cast<Pending*>(arg);
     Impl* self = p->impl;
-    if (!self->pending.erase(p)) return;
+    if (self->closing || !self->pending.erase(p)) return;
     std::unique_ptr<Pending> owned(p);
+    if (self->generations[p->src] != p->generation) {
+      self->Count(p->t, "servfail");  // asked under a policy that is no longer this sandbox's
+      p->reply(LocalDnsReply(p->query, kRcodeServFail));
+      return;
+    }
     if (rcode != 0 || packet == nullptr || len <= 0) {
       self->Count(p->t, "servfail");
       p->reply(LocalDnsReply(p->query, kRcodeServFail));
@@ -335,6 +362,7 @@ Result<std::unique_ptr<DnsProxy>> DnsProxy::Bind(NetPlan* plan, const DnsOptions
 }
 
 void DnsProxy::SetSlotPolicy(uint32_t sandbox_addr, uint32_t slot, const EgressPolicy* policy) {
+  ++impl_->generations[sandbox_addr];
   if (policy) impl_->narrowed[sandbox_addr] = Impl::Narrowed{*policy, slot};
   else impl_->narrowed.erase(sandbox_addr);
 }

@@ -54,6 +54,12 @@ std::variant<Admitted, Rejection> Admit(const StreamEntry& e, const DaemonConfig
   auto enq = e.fields.find("enqueued_ms");
   a.enqueued_ms = enq != e.fields.end() ? std::strtoll(enq->second.c_str(), nullptr, 10) : EntryMs(e.id);
   if (tmpl < 0) {
+    if (a.spec.egress) {
+      // A snapshot's job runs through a session of its base template, which does not narrow
+      // for it yet: refused rather than run wider than asked.
+      return Rejection{job_id, ErrorCode::kBadField,
+                       "egress: not supported for jobs on snapshot templates ('" + a.spec.template_name + "')", false};
+    }
     a.template_index = kUnconfiguredTemplate;
     return a;
   }

@@ -116,28 +116,31 @@ Status NetFirewall::OpenAddresses(const std::string& set, const std::vector<DynE
   int64_t now = MonotonicUs();
   std::string port_key;
   for (const PortRange& p : ports) port_key += std::to_string(p.lo) + "-" + std::to_string(p.hi) + ",";
+  auto key_of = [&](const DynElement& e) { return set + "/" + std::to_string(e.addr) + "/" + port_key; };
   std::vector<DynElement> todo;
-  bool replace = false;
-  for (const DynElement& e : elements) {
-    std::string key = set + "/" + std::to_string(e.addr) + "/" + port_key;
+  for (DynElement e : elements) {
     int64_t until = now + int64_t{e.timeout_s} * 1000000;
-    auto it = open_until_.find(key);
+    auto it = open_until_.find(key_of(e));
     if (it != open_until_.end() && it->second > now) {
       if (it->second >= until) continue;  // already open at least this long
-      replace = true;
+      e.renew = true;
     }
     todo.push_back(e);
-    open_until_[key] = until;
   }
   if (todo.empty()) return Status::Ok();
-  if (open_until_.size() > 65536) {  // forget what has expired
-    std::erase_if(open_until_, [now](const auto& kv) { return kv.second <= now; });
+  auto r = Run(NftOpenAddresses(plan_, set, todo, ports));
+  if (!r.ok()) {
+    // The kernel may have expired an element we thought open (its clock, not ours), failing the
+    // delete: add them all afresh. Another name's element for the same address with other ports
+    // also fails (interval sets refuse overlaps): then that address is open by the other.
+    for (DynElement& e : todo) e.renew = false;
+    r = Run(NftOpenAddresses(plan_, set, todo, ports));
   }
-  auto r = Run(NftOpenAddresses(plan_, set, todo, ports, replace));
-  // The kernel may have expired an element we thought open (its clock, not ours): then the
-  // delete fails the whole transaction, and adding alone is right.
-  if (!r.ok() && replace) r = Run(NftOpenAddresses(plan_, set, todo, ports, false));
-  return r.ok() ? Status::Ok() : r.status();
+  if (!r.ok()) return r.status();
+  // Only now: what the kernel has is what we remember.
+  if (open_until_.size() > 65536) std::erase_if(open_until_, [now](const auto& kv) { return kv.second <= now; });
+  for (const DynElement& e : todo) open_until_[key_of(e)] = now + int64_t{e.timeout_s} * 1000000;
+  return Status::Ok();
 }
 
 void NetFirewall::ExportCounters(Metrics* metrics) {

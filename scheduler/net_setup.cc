@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "common/log.h"
-#include "scheduler/conntrack_flush.h"
+#include "worker/conntrack_flush.h"
 #include "scheduler/pools.h"
 #include "worker/netns_setup.h"
 

@@ -139,7 +139,7 @@ std::string NftResetSlot(const NetPlan& plan, uint32_t slot, const std::string& 
 }
 
 std::string NftOpenAddresses(const NetPlan& plan, const std::string& set_name, const std::vector<DynElement>& elements,
-                             const std::vector<PortRange>& ports, bool replace) {
+                             const std::vector<PortRange>& ports) {
   std::vector<PortRange> all = ports;
   if (all.empty()) all.push_back(PortRange{});
   std::string keys, with_timeouts;
@@ -148,13 +148,13 @@ std::string NftOpenAddresses(const NetPlan& plan, const std::string& set_name, c
     addr.resize(addr.size() - 3);  // no "/32": a plain address
     for (const PortRange& p : all) {
       std::string key = addr + " . " + std::to_string(p.lo) + (p.hi != p.lo ? "-" + std::to_string(p.hi) : "");
-      keys += (keys.empty() ? "" : ", ") + key;
+      if (e.renew) keys += (keys.empty() ? "" : ", ") + key;
       with_timeouts += (with_timeouts.empty() ? "" : ", ") + key + " timeout " + std::to_string(e.timeout_s) + "s";
     }
   }
   std::string set = "inet " + plan.table + " " + set_name;
   std::string out;
-  if (replace) out += "delete element " + set + " { " + keys + " }\n";
+  if (!keys.empty()) out += "delete element " + set + " { " + keys + " }\n";
   return out + "add element " + set + " { " + with_timeouts + " }\n";
 }
 
@@ -180,6 +180,9 @@ std::string NftRuleset(const NetPlan& plan) {
   std::ostringstream o;
   o << NftDeleteTable(plan);
   o << "table inet " << plan.table << " {\n";
+  // Owned by the daemon's netlink socket: nobody else (a `flush ruleset`, an nftables.service
+  // reload) can remove or change it while the daemon lives, and it goes when the daemon does.
+  o << "  flags owner;\n";
   o << "  set never4 { type ipv4_addr; flags interval; auto-merge; elements = { ";
   for (size_t i = 0; i < plan.never.size(); ++i) o << (i ? ", " : "") << plan.never[i].ToString();
   o << " } }\n";
@@ -192,6 +195,7 @@ std::string NftRuleset(const NetPlan& plan) {
   o << " }\n";
   o << "  set conns4 { type ipv4_addr; size 65536; flags dynamic; }\n";
   o << "  set rate4 { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 60s; }\n";
+  o << "  set dnsrate4 { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 60s; }\n";
   o << "  map narrowed { type ifname : verdict; }\n";
   o << "  map hostport4 { type inet_service : ipv4_addr . inet_service; }\n";
   o << "  counter " << CounterName(NetCounter::kSpoofed, 0) << " { }\n";
@@ -255,6 +259,9 @@ std::string NftRuleset(const NetPlan& plan) {
   o << "  chain slot_to_host {\n    ct state established,related accept\n";
   for (const NetPlan::Template& t : plan.templates) {
     if (t.dns_port == 0) continue;
+    // A flood of questions is cut here, before it costs the daemon's loop anything.
+    o << "    iifname \"" << t.if_prefix << "*\" meta l4proto { udp, tcp } th dport " << t.dns_port
+      << " update @dnsrate4 { ip saddr limit rate over 200/second burst 400 packets } drop\n";
     o << "    iifname \"" << t.if_prefix << "*\" meta l4proto { udp, tcp } th dport " << t.dns_port
       << " ct status dnat accept\n";
   }
@@ -279,7 +286,13 @@ std::string NftRuleset(const NetPlan& plan) {
   o << "    drop\n  }\n";
   // From the host itself into a slot: answers (DNS replies, refusals), and the preview proxy.
   o << "  chain output { type filter hook output priority filter; policy accept;\n"
-    << "    oifname " << any << " jump host_to_slot\n  }\n";
+    << "    oifname " << any << " jump host_to_slot\n";
+  // The preview proxy (it parses whatever the internet sends) opens connections into slots and
+  // nowhere else: not Redis on the host's loopback, not the internet.
+  if (plan.preview_uid != 0) {
+    o << "    meta skuid " << plan.preview_uid << " ct state new " << refuse << "\n";
+  }
+  o << "  }\n";
   o << "  chain host_to_slot {\n    ct state established,related,untracked accept\n";
   if (plan.preview_uid != 0) o << "    meta skuid " << plan.preview_uid << " meta l4proto tcp ct state new accept\n";
   if (plan.host_port_lo) o << "    ct status dnat meta l4proto tcp accept\n";

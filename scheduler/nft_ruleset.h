@@ -75,14 +75,16 @@ std::string NftDeleteTable(const NetPlan& plan);
 bool AlwaysRefused(const NetPlan& plan, uint32_t addr);
 
 // Elements to open in template `t`'s dyn set: each address with each port range (none: all
-// ports), with its timeout. One transaction. `replace` deletes the same elements first (an
-// element's timeout cannot be changed in place on every kernel).
+// ports), with its timeout. One transaction. Elements marked `renew` are in the set now and are
+// deleted first (an element's timeout cannot be changed in place on every kernel: Debian 12's
+// 6.1 cannot); the others must not be (a delete of a missing element fails the transaction).
 struct DynElement {
   uint32_t addr = 0;
   uint32_t timeout_s = 0;
+  bool renew = false;
 };
 std::string NftOpenAddresses(const NetPlan& plan, const std::string& set, const std::vector<DynElement>& elements,
-                             const std::vector<PortRange>& ports, bool replace);
+                             const std::vector<PortRange>& ports);
 // The dyn set of template `t` ("dyn_<t>"), and of a narrowed slot ("jdyn_<slot>").
 std::string DynSet(uint32_t template_index);
 std::string SlotDynSet(uint32_t slot);

@@ -20,6 +20,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "scheduler/http_head.h"
 
@@ -49,6 +50,7 @@ struct Pair {
   struct bufferevent* backend = nullptr;
   std::string client_ip;
   bool spliced = false;
+  int64_t head_deadline_us = 0;  // the whole head must arrive by then (not just each byte)
 };
 
 void FreePair(Pair* p) {
@@ -58,9 +60,13 @@ void FreePair(Pair* p) {
   delete p;
 }
 
-// Closes once what is queued toward the client is written.
+// Closes once what is queued toward the client is written, or the client goes (reset, timeout:
+// a client that stops reading cannot hold the connection).
 void CloseWhenWritten(struct bufferevent* bev, void* arg) {
   if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) FreePair(static_cast<Pair*>(arg));
+}
+void CloseOnEvent(struct bufferevent*, short what, void* arg) {
+  if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) FreePair(static_cast<Pair*>(arg));
 }
 
 void Answer(Pair* p, const char* status, const char* body) {
@@ -72,7 +78,9 @@ void Answer(Pair* p, const char* status, const char* body) {
     p->backend = nullptr;
   }
   bufferevent_disable(p->client, EV_READ);
-  bufferevent_setcb(p->client, nullptr, CloseWhenWritten, nullptr, p);
+  timeval write{kHeadTimeoutS, 0};
+  bufferevent_set_timeouts(p->client, nullptr, &write);
+  bufferevent_setcb(p->client, nullptr, CloseWhenWritten, CloseOnEvent, p);
   bufferevent_write(p->client, buf, static_cast<size_t>(n));
 }
 
@@ -118,7 +126,7 @@ void SpliceEvent(struct bufferevent* bev, short what, void* arg) {
         p->backend = nullptr;
       }
       bufferevent_disable(other, EV_READ);
-      bufferevent_setcb(other, nullptr, CloseWhenWritten, nullptr, p);
+      bufferevent_setcb(other, nullptr, CloseWhenWritten, CloseOnEvent, p);
       return;
     }
   }
@@ -145,6 +153,10 @@ void ClientHead(struct bufferevent* bev, void* arg) {
   auto* p = static_cast<Pair*>(arg);
   struct evbuffer* in = bufferevent_get_input(bev);
   struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, nullptr);
+  if (end.pos < 0 && MonotonicUs() > p->head_deadline_us) {
+    Answer(p, "408 Request Timeout", "request head too slow\n");  // a byte now and then does not hold us
+    return;
+  }
   if (end.pos < 0) {
     if (evbuffer_get_length(in) > kMaxHttpHeadBytes) Answer(p, "431 Request Header Fields Too Large", "request head too large\n");
     return;
@@ -169,6 +181,10 @@ void ClientHead(struct bufferevent* bev, void* arg) {
   }
   std::string rewritten = RewriteHttpHead(*head, split->second, route->second.port, p->client_ip, "/" + split->first);
   p->backend = bufferevent_socket_new(p->proxy->base, -1, BEV_OPT_CLOSE_ON_FREE);
+  if (p->backend == nullptr) {
+    Answer(p, "503 Service Unavailable", "busy\n");
+    return;
+  }
   sockaddr_in to{};
   to.sin_family = AF_INET;
   to.sin_addr.s_addr = htonl(route->second.addr);
@@ -202,6 +218,13 @@ void OnAccept(struct evconnlistener*, evutil_socket_t fd, struct sockaddr* sa, i
   else if (sa->sa_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(sa)->sin6_addr, ip, sizeof ip);
   p->client_ip = ip;
   p->client = bufferevent_socket_new(proxy->base, fd, BEV_OPT_CLOSE_ON_FREE);
+  if (p->client == nullptr) {
+    ::close(fd);
+    --proxy->connections;
+    delete p;
+    return;
+  }
+  p->head_deadline_us = MonotonicUs() + int64_t{kHeadTimeoutS} * 1000000;
   timeval head{kHeadTimeoutS, 0};
   bufferevent_set_timeouts(p->client, &head, &head);
   bufferevent_setcb(p->client, ClientHead, nullptr, ClientEarlyEvent, p);

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/syscalls.h"
 #include "worker/channel.h"
+#include "worker/conntrack_flush.h"
 #include "worker/messages.h"
 #include "worker/netns_setup.h"
 #include "worker/nursery.h"
@@ -62,6 +63,9 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup, UniqueFd* loop_contr
     auto h = HostNetlink::Open();
     if (!h.ok()) return h.status().Prefixed("slot network");
     host_netlink.emplace(std::move(h.value()));
+    // Flows an earlier user of this slot number left (another template's job, another session)
+    // are not this slot's to use.
+    SP_RETURN_IF_ERROR(FlushConntrackFrom(SandboxAddress(a.config.network, a.slot)).Prefixed("slot network"));
   }
   if (::unshare(CLONE_NEWNET) != 0) return ErrnoStatus("unshare(CLONE_NEWNET)");
   SP_RETURN_IF_ERROR(BringUpLoopback());

@@ -1,4 +1,4 @@
-#include "scheduler/conntrack_flush.h"
+#include "worker/conntrack_flush.h"
 
 #include <arpa/inet.h>
 #include <libnetfilter_conntrack/libnetfilter_conntrack.h>
