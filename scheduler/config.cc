@@ -64,6 +64,20 @@ std::function<Status(DaemonConfig*, const std::string&)> Size(uint64_t* (*get)(D
   };
 }
 
+// Space-separated IPv4 ranges, as egress rules write them.
+Status ParseRanges(const std::string& v, const char* option, std::vector<Cidr>* out) {
+  std::istringstream words(v);
+  out->clear();
+  for (std::string w; words >> w;) {
+    auto r = ParseEgressRule(w);
+    if (!r.ok() || r->kind != EgressRule::Kind::kCidr || !r->ports.empty()) {
+      return Status::Error(std::string(option) + ": '" + w + "' is not an IPv4 range");
+    }
+    out->push_back(r->cidr);
+  }
+  return Status::Ok();
+}
+
 Status SetRange(const std::string& v, uint64_t lo, uint64_t hi, uint32_t* out) {
   auto n = ParseUint(v);
   if (!n.ok()) return n.status();
@@ -178,18 +192,10 @@ const std::vector<Option>& Options() {
        [](DaemonConfig* c, const std::string& v) { return SetRange(v, 1, 100000, &c->net.new_connections); }},
       {"net-allow-private", "IPv4 ranges (space-separated) taken out of the always-refused ones (private, link-local ...), "
                             "so that templates' policies may allow them; never the host's own addresses or other sandboxes",
-       [](DaemonConfig* c, const std::string& v) {
-         std::istringstream words(v);
-         c->net.allow_private.clear();
-         for (std::string w; words >> w;) {
-           auto r = ParseEgressRule(w);
-           if (!r.ok() || r->kind != EgressRule::Kind::kCidr || !r->ports.empty()) {
-             return Status::Error("--net-allow-private: '" + w + "' is not an IPv4 range");
-           }
-           c->net.allow_private.push_back(r->cidr);
-         }
-         return Status::Ok();
-       }},
+       [](DaemonConfig* c, const std::string& v) { return ParseRanges(v, "--net-allow-private", &c->net.allow_private); }},
+      {"net-refuse", "more IPv4 ranges (space-separated) no policy may reach: addresses that lead back to this host "
+                     "without being on it (a cloud's 1:1 NAT public address), internal services",
+       [](DaemonConfig* c, const std::string& v) { return ParseRanges(v, "--net-refuse", &c->net.refuse); }},
       {"net-rate", "bandwidth of each network sandbox, each direction, bytes/s (suffixes k, M, G; 0: unlimited)",
        Size(+[](DaemonConfig* c) { return &c->net.rate_bytes; })},
       {"net-dns-upstream", "resolvers (IPv4[@port], space-separated) that sandboxes' allowed names are forwarded to (default: the host's /etc/resolv.conf)",

@@ -45,6 +45,7 @@ struct NetConfig {
   uint32_t new_connections = 50;        // new connections per second per sandbox (burst 2x)
   uint64_t rate_bytes = 12ull << 20;    // bandwidth per sandbox and direction (0: unlimited)
   std::vector<Cidr> allow_private;      // ranges taken out of the always-refused ones (--net-allow-private)
+  std::vector<Cidr> refuse;             // more always-refused ranges (--net-refuse: the host's public NAT address ...)
   std::string dns_upstream;             // resolvers names are forwarded to ("": the host's resolv.conf)
   uint32_t dns_ttl_min = 300, dns_ttl_max = 3600;  // how long a resolved address stays open (s)
   uint32_t dns_qps = 50;                // DNS questions per second per sandbox (burst 2x)

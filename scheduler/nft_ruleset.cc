@@ -69,7 +69,9 @@ Result<NetPlan> PlanNetwork(DaemonConfig* config) {
   plan.new_connections = config->net.new_connections;
   for (const char* c : kNever4) plan.never.push_back(ParseEgressRule(c)->cidr);
   plan.never.push_back(plan.pool);
+  plan.never.insert(plan.never.end(), config->net.refuse.begin(), config->net.refuse.end());
   plan.exempt = config->net.allow_private;
+  plan.refuse = config->net.refuse;
   // Slot numbers run up to 2 x (max-sandboxes + templates) (pools.h), two addresses each.
   uint64_t slots = 2ull * (config->max_sandboxes + config->templates.size());
   uint64_t pool_size = 1ull << (32 - plan.pool.len);
@@ -94,8 +96,9 @@ bool AlwaysRefused(const NetPlan& plan, uint32_t addr) {
   auto in = [addr](const std::vector<Cidr>& list) {
     return std::any_of(list.begin(), list.end(), [addr](const Cidr& c) { return c.Contains(Cidr{addr, 32}); });
   };
-  // The pool whatever is exempted: sandbox to sandbox is never egress.
-  return plan.pool.Contains(Cidr{addr, 32}) || (in(plan.never) && !in(plan.exempt));
+  // The pool and the operator's own refusals whatever is exempted: sandbox to sandbox is never
+  // egress, and --net-refuse says "never" in so many words.
+  return plan.pool.Contains(Cidr{addr, 32}) || in(plan.refuse) || (in(plan.never) && !in(plan.exempt));
 }
 
 std::string DynSet(uint32_t template_index) { return "dyn_" + std::to_string(template_index); }
@@ -186,6 +189,13 @@ std::string NftRuleset(const NetPlan& plan) {
   o << "  set never4 { type ipv4_addr; flags interval; auto-merge; elements = { ";
   for (size_t i = 0; i < plan.never.size(); ++i) o << (i ? ", " : "") << plan.never[i].ToString();
   o << " } }\n";
+  o << "  set refuse4 { type ipv4_addr; flags interval; auto-merge;";
+  if (!plan.refuse.empty()) {
+    o << " elements = { ";
+    for (size_t i = 0; i < plan.refuse.size(); ++i) o << (i ? ", " : "") << plan.refuse[i].ToString();
+    o << " }";
+  }
+  o << " }\n";
   o << "  set exempt4 { type ipv4_addr; flags interval; auto-merge;";
   if (!plan.exempt.empty()) {
     o << " elements = { ";
@@ -304,6 +314,7 @@ std::string NftRuleset(const NetPlan& plan) {
     const std::string limit = "counter name " + CounterName(NetCounter::kLimit, t.index);
     o << "  chain t_" << n << " {\n"
       << "    ip daddr " << plan.pool.ToString() << " " << always << "\n"  // other sandboxes, whatever is exempt
+      << "    ip daddr @refuse4 " << always << "\n"
       << "    ip daddr @never4 ip daddr != @exempt4 " << always << "\n"
       << "    meta l4proto != { tcp, udp } " << policy << "\n"
       << "    meta l4proto { tcp, udp } th dport { 53, 853 } " << always << "\n"  // 53: only without a resolver

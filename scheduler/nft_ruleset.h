@@ -55,6 +55,7 @@ struct NetPlan {
   std::vector<Template> templates;  // network templates only
   std::vector<Cidr> never;          // always refused: fixed ranges and the pool itself
   std::vector<Cidr> exempt;         // ... but these (the operator's --net-allow-private)
+  std::vector<Cidr> refuse;         // the operator's own always-refused ranges (--net-refuse), never exempt
   uint32_t preview_uid = 0;         // the preview proxy's host uid: may open connections into slots (0: none)
   uint16_t host_port_lo = 0, host_port_hi = 0;  // exposed ports' host ports (0: none)
   bool empty() const { return templates.empty(); }

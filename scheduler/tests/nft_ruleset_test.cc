@@ -56,13 +56,16 @@ TEST(NftRuleset, AlwaysRefusedCoversPrivateRangesAndThePool) {
   EXPECT_FALSE(AlwaysRefused(*plan, 0x08080808));
   // The operator's exemptions open private ranges to policies, never the pool.
   DaemonConfig open;
-  ASSERT_TRUE(Parse(kWeb, {"--net", "on", "--net-allow-private", "10.0.0.0/8 169.254.169.254"}, &open).ok());
+  ASSERT_TRUE(Parse(kWeb, {"--net", "on", "--net-allow-private", "10.0.0.0/8 169.254.169.254", "--net-refuse", "203.0.113.9 10.9.0.0/16"},
+                    &open).ok());
   auto exempted = PlanNetwork(&open);
   ASSERT_TRUE(exempted.ok());
   EXPECT_FALSE(AlwaysRefused(*exempted, 0x0a010203));  // 10.1.2.3
   EXPECT_FALSE(AlwaysRefused(*exempted, 0xa9fea9fe));
   EXPECT_TRUE(AlwaysRefused(*exempted, 0x0ac80005));   // 10.200.0.5: a sandbox
   EXPECT_TRUE(AlwaysRefused(*exempted, 0xc0a80101));
+  EXPECT_TRUE(AlwaysRefused(*exempted, 0xcb007109));   // --net-refuse: the host's public NAT address, say
+  EXPECT_TRUE(AlwaysRefused(*exempted, 0x0a090001));   // refused even inside an exempt range
   std::string text = NftRuleset(*exempted);
   EXPECT_NE(text.find("set exempt4 { type ipv4_addr; flags interval; auto-merge; elements = { 10.0.0.0/8, 169.254.169.254/32 } }"),
             std::string::npos) << text;

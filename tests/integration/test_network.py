@@ -186,8 +186,16 @@ def test_a_packet_with_a_forged_source_is_dropped_and_counted(redis_server, inte
     d = start(redis_server, internet, tmp_path)
     try:
         run(redis_server, "web", "true")  # the template's slot exists
-        netns = next(f"/proc/{pid}/ns/net" for pid in d.sandbox_processes()
-                     if "eth0:" in open(f"/proc/{pid}/net/dev").read())
+        def slot_netns():
+            for pid in d.sandbox_processes():  # the web slot's next sandbox may still be starting
+                try:
+                    if "eth0:" in open(f"/proc/{pid}/net/dev").read():
+                        return f"/proc/{pid}/ns/net"
+                except OSError:
+                    pass
+            return None
+
+        netns = wait_for(slot_netns, 30, "a sandbox of the network template")
         forge = f"""
 import socket, struct
 s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
