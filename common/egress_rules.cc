@@ -114,8 +114,9 @@ Result<std::vector<PortRange>> ParsePorts(std::string_view text, std::string_vie
   return ports;
 }
 
-// Sorted, overlapping and adjacent ranges merged; every port = empty.
-std::vector<PortRange> Canonical(std::vector<PortRange> ports) {
+}  // namespace
+
+std::vector<PortRange> CanonicalPorts(std::vector<PortRange> ports) {
   std::sort(ports.begin(), ports.end(), [](const PortRange& a, const PortRange& b) { return a.lo < b.lo; });
   std::vector<PortRange> out;
   for (const PortRange& p : ports) {
@@ -128,6 +129,8 @@ std::vector<PortRange> Canonical(std::vector<PortRange> ports) {
   if (out.size() == 1 && out[0].lo == 1 && out[0].hi == 65535) out.clear();
   return out;
 }
+
+namespace {
 
 // Ports in both; `every` is set when both allow every port.
 std::vector<PortRange> IntersectPorts(const std::vector<PortRange>& a, const std::vector<PortRange>& b, bool* none) {
@@ -142,7 +145,7 @@ std::vector<PortRange> IntersectPorts(const std::vector<PortRange>& a, const std
     }
   }
   *none = out.empty();
-  return Canonical(std::move(out));
+  return CanonicalPorts(std::move(out));
 }
 
 void AppendCidr(std::string& out, const Cidr& c) {
@@ -227,7 +230,7 @@ Result<EgressRule> ParseEgressRule(std::string_view text) {
   if (colon != std::string_view::npos) {
     auto ports = ParsePorts(text, text.substr(colon + 1));
     if (!ports.ok()) return ports.status();
-    r.ports = Canonical(std::move(*ports));
+    r.ports = CanonicalPorts(std::move(*ports));
     target = text.substr(0, colon);
   }
   size_t at = target.find('@');

@@ -65,6 +65,11 @@ Result<EgressRule> ParseEgressRule(std::string_view text);
 // canonicalization) are dropped, order otherwise kept.
 Result<std::vector<EgressRule>> ParseEgressRules(const std::vector<std::string>& texts, std::string_view field);
 
+// Port ranges in canonical form: sorted, overlapping and adjacent ranges merged, every port
+// written as none (empty). What rules hold, and what one address's elements must be (an
+// interval set refuses overlapping ones).
+std::vector<PortRange> CanonicalPorts(std::vector<PortRange> ports);
+
 // Whether a name rule allows resolving `name` (lower case, no trailing dot): the same name for a
 // name rule, a name strictly below for a wildcard. CIDR rules allow no name.
 bool EgressRuleMatchesName(const EgressRule& rule, std::string_view name);

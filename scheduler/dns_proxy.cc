@@ -61,14 +61,8 @@ NameVerdict Judge(const EgressPolicy& policy, const std::string& name) {
     if (r.within) within.push_back(*r.within);
     else unfiltered = true;
   }
-  if (any_port) v.ports.clear();
-  std::sort(v.ports.begin(), v.ports.end(), [](const PortRange& a, const PortRange& b) { return a.lo < b.lo; });
-  std::vector<PortRange> merged;  // overlapping ranges of one address cannot share an interval set
-  for (const PortRange& p : v.ports) {
-    if (!merged.empty() && p.lo <= merged.back().hi + 1u) merged.back().hi = std::max(merged.back().hi, p.hi);
-    else merged.push_back(p);
-  }
-  v.ports = std::move(merged);
+  // Merged: overlapping ranges of one address cannot share an interval set.
+  v.ports = any_port ? std::vector<PortRange>{} : CanonicalPorts(std::move(v.ports));
   if (v.allowed && !unfiltered) v.within = within;
   return v;
 }

@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "common/log.h"
-#include "worker/conntrack_flush.h"
 #include "scheduler/pools.h"
+#include "worker/conntrack_flush.h"
 #include "worker/netns_setup.h"
 
 namespace sandpool {
@@ -60,25 +60,28 @@ Result<Network> SetUpNetwork(DaemonConfig* config) {
   return net;
 }
 
-Status Network::Narrow(uint32_t t, uint32_t slot, const EgressPolicy& policy) {
-  uint32_t addr = SandboxAddress(SlotNetwork{true, plan->pool.addr, "", false}, slot);
-  const NetPlan::Template* tmpl = nullptr;
+const NetPlan::Template* Network::Find(uint32_t t) const {
   for (const NetPlan::Template& nt : plan->templates) {
-    if (nt.index == t) tmpl = &nt;
+    if (nt.index == t) return firewall ? &nt : nullptr;
   }
-  if (tmpl == nullptr || !firewall) return Status::Error("template " + std::to_string(t) + " has no network");
+  return nullptr;
+}
+
+Status Network::Narrow(uint32_t t, uint32_t slot, const EgressPolicy& policy) {
+  const NetPlan::Template* tmpl = Find(t);
+  if (tmpl == nullptr) return Status::Error("template " + std::to_string(t) + " has no network");
+  uint32_t addr = SandboxAddress(plan->pool.addr, slot);
   SP_RETURN_IF_ERROR(firewall->NarrowSlot(t, slot, tmpl->if_prefix + std::to_string(slot), policy));
   dns->SetSlotPolicy(addr, slot, &policy);
   return FlushConntrackFrom(addr).Prefixed("forgetting the slot's flows");
 }
 
 void Network::Reset(uint32_t t, uint32_t slot) {
-  for (const NetPlan::Template& nt : plan->templates) {
-    if (nt.index != t || !firewall) continue;
-    Status s = firewall->ResetSlot(slot, nt.if_prefix + std::to_string(slot));
-    if (!s.ok()) LogWarn("slot not reset", {{"slot", slot}, {"error", s.message()}});
-    dns->SetSlotPolicy(SandboxAddress(SlotNetwork{true, plan->pool.addr, "", false}, slot), slot, nullptr);
-  }
+  const NetPlan::Template* tmpl = Find(t);
+  if (tmpl == nullptr) return;
+  Status s = firewall->ResetSlot(slot, tmpl->if_prefix + std::to_string(slot));
+  if (!s.ok()) LogWarn("slot not reset", {{"slot", slot}, {"error", s.message()}});
+  dns->SetSlotPolicy(SandboxAddress(plan->pool.addr, slot), slot, nullptr);
 }
 
 }  // namespace sandpool

@@ -30,6 +30,9 @@ struct Network {
   // job or session ends. On the daemon's loop; about a millisecond or two of nft work each.
   Status Narrow(uint32_t t, uint32_t slot, const EgressPolicy& policy);
   void Reset(uint32_t t, uint32_t slot);
+
+ private:
+  const NetPlan::Template* Find(uint32_t t) const;  // template t's plan, if it has network and a table
 };
 
 // REQUIRES: root, one thread. Fills each network template's sandbox.network (PlanNetwork).

@@ -46,6 +46,28 @@ std::string Elements(const std::vector<EgressRule>& rules) {
   return out;
 }
 
+// The CIDR rules of a list: the only ones that become set elements (names reach the dyn sets
+// through the resolver).
+std::vector<EgressRule> CidrRules(const std::vector<EgressRule>& rules) {
+  std::vector<EgressRule> out;
+  for (const EgressRule& r : rules) {
+    if (r.kind == EgressRule::Kind::kCidr) out.push_back(r);
+  }
+  return out;
+}
+
+// "  set NAME { type ipv4_addr; flags interval; auto-merge; elements = { ... } }" (no elements
+// clause when empty: nft refuses an empty one).
+void AddressSet(std::ostringstream& o, const char* name, const std::vector<Cidr>& ranges) {
+  o << "  set " << name << " { type ipv4_addr; flags interval; auto-merge;";
+  if (!ranges.empty()) {
+    o << " elements = { ";
+    for (size_t i = 0; i < ranges.size(); ++i) o << (i ? ", " : "") << ranges[i].ToString();
+    o << " }";
+  }
+  o << " }\n";
+}
+
 }  // namespace
 
 std::string CounterName(NetCounter kind, uint32_t template_index) {
@@ -107,13 +129,7 @@ std::string SlotDynSet(uint32_t slot) { return "jdyn_" + std::to_string(slot); }
 std::string NftNarrowSlot(const NetPlan& plan, uint32_t template_index, uint32_t slot, const std::string& ifname,
                           const EgressPolicy& policy) {
   const std::string t = "inet " + plan.table + " ", n = std::to_string(slot), tn = std::to_string(template_index);
-  std::vector<EgressRule> allow, deny;
-  for (const EgressRule& r : policy.allow) {
-    if (r.kind == EgressRule::Kind::kCidr) allow.push_back(r);
-  }
-  for (const EgressRule& r : policy.deny) {
-    if (r.kind == EgressRule::Kind::kCidr) deny.push_back(r);
-  }
+  const std::vector<EgressRule> allow = CidrRules(policy.allow), deny = CidrRules(policy.deny);
   const std::string refuse = " counter name " + CounterName(NetCounter::kPolicy, template_index) + " goto refuse\n";
   std::ostringstream o;
   o << "add chain " << t << "j_" << n << "\n"
@@ -186,23 +202,9 @@ std::string NftRuleset(const NetPlan& plan) {
   // Owned by the daemon's netlink socket: nobody else (a `flush ruleset`, an nftables.service
   // reload) can remove or change it while the daemon lives, and it goes when the daemon does.
   o << "  flags owner;\n";
-  o << "  set never4 { type ipv4_addr; flags interval; auto-merge; elements = { ";
-  for (size_t i = 0; i < plan.never.size(); ++i) o << (i ? ", " : "") << plan.never[i].ToString();
-  o << " } }\n";
-  o << "  set refuse4 { type ipv4_addr; flags interval; auto-merge;";
-  if (!plan.refuse.empty()) {
-    o << " elements = { ";
-    for (size_t i = 0; i < plan.refuse.size(); ++i) o << (i ? ", " : "") << plan.refuse[i].ToString();
-    o << " }";
-  }
-  o << " }\n";
-  o << "  set exempt4 { type ipv4_addr; flags interval; auto-merge;";
-  if (!plan.exempt.empty()) {
-    o << " elements = { ";
-    for (size_t i = 0; i < plan.exempt.size(); ++i) o << (i ? ", " : "") << plan.exempt[i].ToString();
-    o << " }";
-  }
-  o << " }\n";
+  AddressSet(o, "never4", plan.never);
+  AddressSet(o, "refuse4", plan.refuse);
+  AddressSet(o, "exempt4", plan.exempt);
   o << "  set conns4 { type ipv4_addr; size 65536; flags dynamic; }\n";
   o << "  set rate4 { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 60s; }\n";
   o << "  set dnsrate4 { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 60s; }\n";
@@ -213,19 +215,11 @@ std::string NftRuleset(const NetPlan& plan) {
     for (NetCounter k : {NetCounter::kHost, NetCounter::kAlways, NetCounter::kPolicy, NetCounter::kLimit}) {
       o << "  counter " << CounterName(k, t.index) << " { }\n";
     }
-    // CIDR rules only: names reach the dyn set through the resolver.
-    std::vector<EgressRule> cidrs;
-    for (const EgressRule& r : t.egress.allow) {
-      if (r.kind == EgressRule::Kind::kCidr) cidrs.push_back(r);
-    }
+    const std::vector<EgressRule> cidrs = CidrRules(t.egress.allow), deny_cidrs = CidrRules(t.egress.deny);
     o << "  set allow_" << t.index << " { type ipv4_addr . inet_service; flags interval;";
     if (!cidrs.empty()) o << " elements = { " << Elements(cidrs) << " }";
     o << " }\n";
     o << "  set dyn_" << t.index << " { type ipv4_addr . inet_service; flags interval,timeout; }\n";
-    std::vector<EgressRule> deny_cidrs;
-    for (const EgressRule& r : t.egress.deny) {
-      if (r.kind == EgressRule::Kind::kCidr) deny_cidrs.push_back(r);
-    }
     if (!deny_cidrs.empty()) {
       o << "  set deny_" << t.index << " { type ipv4_addr . inet_service; flags interval; elements = { "
         << Elements(deny_cidrs) << " } }\n";
@@ -319,8 +313,7 @@ std::string NftRuleset(const NetPlan& plan) {
       << "    meta l4proto != { tcp, udp } " << policy << "\n"
       << "    meta l4proto { tcp, udp } th dport { 53, 853 } " << always << "\n"  // 53: only without a resolver
       << "    iifname vmap @narrowed\n";
-    bool deny = std::any_of(t.egress.deny.begin(), t.egress.deny.end(), [](const EgressRule& r) { return r.kind == EgressRule::Kind::kCidr; });
-    if (deny) o << "    ip daddr . th dport @deny_" << n << " " << policy << "\n";
+    if (!CidrRules(t.egress.deny).empty()) o << "    ip daddr . th dport @deny_" << n << " " << policy << "\n";
     o << "    ip daddr . th dport @allow_" << n << " goto limit_" << n << "\n"
       << "    ip daddr . th dport @dyn_" << n << " goto limit_" << n << "\n"
       << "    " << policy << "\n  }\n";

@@ -23,9 +23,11 @@
 
 namespace sandpool {
 
-// The slot's addresses, in host byte order.
-inline uint32_t HostEndAddress(const SlotNetwork& net, uint32_t slot) { return net.pool_base + 2 * slot; }
-inline uint32_t SandboxAddress(const SlotNetwork& net, uint32_t slot) { return net.pool_base + 2 * slot + 1; }
+// The slot's addresses, in host byte order: two per slot number from the pool's base.
+inline uint32_t HostEndAddress(uint32_t pool_base, uint32_t slot) { return pool_base + 2 * slot; }
+inline uint32_t SandboxAddress(uint32_t pool_base, uint32_t slot) { return pool_base + 2 * slot + 1; }
+inline uint32_t HostEndAddress(const SlotNetwork& net, uint32_t slot) { return HostEndAddress(net.pool_base, slot); }
+inline uint32_t SandboxAddress(const SlotNetwork& net, uint32_t slot) { return SandboxAddress(net.pool_base, slot); }
 
 // Opened in the host namespace before the keeper leaves it; used afterwards to configure the
 // host end. Move-only.
