@@ -81,7 +81,7 @@ Status Daemon::Start() {
       keys_.ClientName(config_.consumer, "reader"));
   sub_ = std::make_unique<RedisAsync>(base_, config_.redis, "subscriber", RedisAsync::Hooks{},
                                       keys_.ClientName(config_.consumer, "subscriber"));
-  ledger_ = std::make_unique<JobLedger>(cmd_.get(), keys_, config_, &metrics_);
+  ledger_ = std::make_unique<JobLedger>(base_, cmd_.get(), keys_, config_, &metrics_);
   StreamReader::Hooks reading;
   reading.intake_capacity = [this] { return IntakeCapacity(); };
   reading.template_capacity = [this](uint32_t t) { return TemplateCapacity(t); };

@@ -2,11 +2,23 @@
 
 #include <hiredis/adapters/libevent.h>
 
+#include <cstring>
+#include <unordered_map>
+
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/sha1.h"
 
 namespace sandpool {
 namespace {
+
+// The SHA-1 of each script body, computed on its first use (loop thread only).
+const std::string& ScriptSha(const char* body) {
+  static std::unordered_map<const char*, std::string> shas;
+  auto it = shas.find(body);
+  if (it == shas.end()) it = shas.emplace(body, Sha1Hex(body)).first;
+  return it->second;
+}
 
 struct PendingReply {
   std::weak_ptr<RedisAsync*> owner;
@@ -143,6 +155,23 @@ bool RedisAsync::Command(const std::vector<std::string>& args, Callback cb) { re
 
 bool RedisAsync::CommandBlocking(const std::vector<std::string>& args, Callback cb) {
   return Send(args, std::move(cb), false);
+}
+
+bool RedisAsync::Eval(const char* body, std::vector<std::string> args, Callback cb) {
+  auto request = std::make_shared<std::vector<std::string>>();
+  request->reserve(args.size() + 2);
+  request->push_back("EVALSHA");
+  request->push_back(ScriptSha(body));
+  for (std::string& a : args) request->push_back(std::move(a));
+  return Command(*request, [this, body, request, cb = std::move(cb)](redisReply* r) {
+    if (r != nullptr && r->type == REDIS_REPLY_ERROR && std::strncmp(r->str, "NOSCRIPT", 8) == 0) {
+      (*request)[0] = "EVAL";
+      (*request)[1] = body;
+      if (!Command(*request, cb)) cb(nullptr);  // as if lost with the connection
+      return;
+    }
+    cb(r);
+  });
 }
 
 int64_t RedisAsync::OldestPendingMs() const {

@@ -52,6 +52,13 @@ class RedisAsync {
   bool connected() const { return connected_; }
 
   bool Command(const std::vector<std::string>& args, Callback cb);
+  // Runs the Lua script `body` (a string that lives as long as the program: scripts.h) with
+  // `args` (numkeys, the keys, then the arguments). Sent as EVALSHA with the body's SHA-1, so
+  // that Redis neither receives nor hashes the body on every call (with EVAL that hashing was
+  // most of Redis's CPU per job); when Redis answers NOSCRIPT (a fresh or restarted Redis, SCRIPT
+  // FLUSH) it is sent once more as EVAL, which also caches it. Same contract as Command: `cb`
+  // runs exactly once, unless this returns false.
+  bool Eval(const char* body, std::vector<std::string> args, Callback cb);
   // 0 when nothing is outstanding (subscriptions and blocking reads are not counted: see
   // CommandBlocking).
   int64_t OldestPendingMs() const;

@@ -35,6 +35,7 @@ return {verdict, tostring(attempt)}
 )lua";
 
 const char* const kFinishScript = SANDPOOL_LUA_NOW_MS R"lua(
+for i = 9, 8 + tonumber(ARGV[8]) do redis.call('PUBLISH', KEYS[4], ARGV[i]) end
 local h = redis.call('HMGET', KEYS[1], 'consumer', 'attempt', 'entry')
 if h[3] and h[3] ~= ARGV[1] then return 'dup' end
 if h[1] and (h[1] ~= ARGV[2] or h[2] ~= ARGV[3]) then return 'fenced' end

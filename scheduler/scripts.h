@@ -14,7 +14,8 @@
 //      after that run ended, with cancel_ms, belongs to the new job).
 //
 // FINISH KEYS: job hash, result key, queue stream, out channel
-//        ARGV: entry id, consumer, attempt, result bytes, ttl s, exited-event bytes, group
+//        ARGV: entry id, consumer, attempt, result bytes, ttl s, exited-event bytes, group,
+//              n, then n live events held back (JobLedger::Publish), published first, in order
 //   -> "ok" (stored, published, acked, deleted), "fenced" (another daemon took the job over
 //      because this one was presumed dead: nothing written), "dup" (the id belongs to another
 //      entry: nothing written; the caller acks and drops this entry).
