@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "scheduler/scripts.h"
 
 namespace sandpool {
 namespace {
@@ -119,6 +120,7 @@ Status Daemon::Start() {
   sub_->Subscribe(keys_.Cancel(), [this](redisReply* r) {
     OnCancel(std::string(r->element[2]->str, r->element[2]->len));
   });
+  cmd_->PreloadScripts(AllScripts());
   cmd_->Connect();
   reader_->Connect();
   sub_->Connect();

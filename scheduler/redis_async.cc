@@ -110,6 +110,10 @@ void RedisAsync::OnConnect(const redisAsyncContext* ac, int status) {
   }
   if (self->url_.db != 0) self->Command({"SELECT", std::to_string(self->url_.db)}, [](redisReply*) {});
   if (!self->client_name_.empty()) self->Command({"CLIENT", "SETNAME", self->client_name_}, [](redisReply*) {});
+  for (const char* body : self->preload_) {
+    (void)ScriptSha(body);
+    self->Command({"SCRIPT", "LOAD", body}, [](redisReply*) {});
+  }
   for (auto& [channel, cb] : self->subscriptions_) {
     (void)self->SendRaw({"SUBSCRIBE", channel}, &RedisAsync::OnMessage, cb.get());
   }

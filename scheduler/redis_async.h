@@ -59,6 +59,9 @@ class RedisAsync {
   // FLUSH) it is sent once more as EVAL, which also caches it. Same contract as Command: `cb`
   // runs exactly once, unless this returns false.
   bool Eval(const char* body, std::vector<std::string> args, Callback cb);
+  // Scripts to SCRIPT LOAD on every (re)connect, before anything else is sent: then Eval's
+  // NOSCRIPT fallback is only for a SCRIPT FLUSH behind our back. Call before Connect().
+  void PreloadScripts(std::vector<const char*> bodies) { preload_ = std::move(bodies); }
   // 0 when nothing is outstanding (subscriptions and blocking reads are not counted: see
   // CommandBlocking).
   int64_t OldestPendingMs() const;
@@ -95,6 +98,7 @@ class RedisAsync {
   bool warned_ = false;  // one warning per outage, not one per retry
   struct event* retry_timer_ = nullptr;
   std::map<std::string, std::unique_ptr<Callback>> subscriptions_;
+  std::vector<const char*> preload_;
   // Liveness token: callbacks in flight hold a weak copy, so a destroyed RedisAsync is noticed.
   std::shared_ptr<RedisAsync*> self_;
 };

@@ -160,4 +160,12 @@ end
 return n
 )lua";
 
+const std::vector<const char*>& AllScripts() {
+  static const std::vector<const char*> all = {kClaimScript,      kFinishScript,       kRejectScript,
+                                               kCancelQueuedScript, kRefreshScript,   kForwardScript,
+                                               kCancelFlagsScript,  kSessionRouteScript, kSessionExpireScript,
+                                               kSessionLoseScript};
+  return all;
+}
+
 }  // namespace sandpool

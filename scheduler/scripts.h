@@ -69,6 +69,8 @@
 //   -> how many of its sessions were marked "lost" (every one not destroyed or lost already).
 #pragma once
 
+#include <vector>
+
 namespace sandpool {
 
 extern const char* const kClaimScript;
@@ -81,5 +83,8 @@ extern const char* const kCancelFlagsScript;
 extern const char* const kSessionRouteScript;
 extern const char* const kSessionExpireScript;
 extern const char* const kSessionLoseScript;
+
+// Every script above (RedisAsync::PreloadScripts).
+const std::vector<const char*>& AllScripts();
 
 }  // namespace sandpool
