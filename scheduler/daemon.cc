@@ -116,7 +116,11 @@ Status Daemon::Start() {
   if (!s.ok()) return s.Prefixed("sessions");
 
   // Forwarded entries are announced here, so that a daemon with a free slot takes them at once.
-  sub_->Subscribe(keys_.prefix() + ":fwd", [this](redisReply*) { stream_reader_->Read(); });
+  sub_->Subscribe(keys_.prefix() + ":fwd", [this](redisReply* r) {
+    // ["message", channel, template name]
+    bool named = r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 3;
+    stream_reader_->OnForwarded(named ? ReplyString(r->element[2]) : std::string());
+  });
   sub_->Subscribe(keys_.Cancel(), [this](redisReply* r) {
     OnCancel(std::string(r->element[2]->str, r->element[2]->len));
   });
