@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "metrics/loop_lag.h"
 #include "metrics/metrics.h"
 #include "metrics/metrics_server.h"
 #include "queue/keys.h"
@@ -97,6 +98,7 @@ class Daemon {
   Metrics metrics_;
   Network* network_ = nullptr;
   std::unique_ptr<MetricsServer> http_;
+  std::unique_ptr<LoopLagProbe> loop_lag_;
   std::unique_ptr<RedisAsync> cmd_, reader_, sub_;
   std::unique_ptr<Pools> pools_;
   std::unique_ptr<JobLedger> ledger_;
