@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #ifndef SANDPOOL_VERSION
@@ -210,6 +211,7 @@ void Metrics::JobReceived() {
 }
 
 void Metrics::JobCompleted(std::string_view template_name, std::string_view outcome) {
+  recent_.Completed(IndexOf(kOutcomes, outcome) ? outcome : "error", MonotonicUs());
   if (!ok_) return;
   static constexpr size_t kError = 11;
   static_assert(kOutcomes[kError] == "error");
@@ -375,10 +377,12 @@ void Metrics::PoolRefillFailed(size_t t, std::string_view reason) {
 }
 
 void Metrics::ObserveRunDuration(size_t t, double seconds) {
+  if (std::isfinite(seconds) && seconds >= 0) recent_.Ran(seconds, MonotonicUs());
   if (const Template* p = Find(t)) Observe(p->run, seconds);
 }
 
 void Metrics::ObserveScheduleToStart(size_t t, double seconds) {
+  if (std::isfinite(seconds) && seconds >= 0) recent_.Started(seconds, MonotonicUs());
   if (const Template* p = Find(t)) Observe(p->schedule_to_start, seconds);
 }
 

@@ -24,7 +24,10 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "metrics/recent.h"
+
 #include <array>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -132,6 +135,10 @@ class Metrics {
   // comment line saying so (the scrape then shows no series, which alerts on absence catch).
   std::string Serialize() const;
 
+  // The last minute of jobs (for the heartbeat record): fed by JobCompleted,
+  // ObserveScheduleToStart and ObserveRunDuration, so it counts exactly what the series count.
+  RecentJobs& recent() { return recent_; }
+
   // For callers that add their own families. Keep the Metrics object alive as long as anything
   // holds a series from it.
   prometheus::Registry& registry() { return registry_; }
@@ -141,6 +148,7 @@ class Metrics {
 
   prometheus::Registry registry_;
   bool ok_ = false;  // false if construction failed; every method is then a no-op
+  RecentJobs recent_;
   prometheus::Counter* received_ = nullptr;
   std::array<prometheus::Counter*, kRejectCodes.size()> rejected_{};
   std::array<prometheus::Counter*, kRejectCodes.size()> dead_letters_{};

@@ -1,7 +1,7 @@
 #include "scheduler/daemon.h"
 
+#include "scheduler/heartbeat_fields.h"
 #include "scheduler/net_setup.h"
-#include "scheduler/queue_figures.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -404,7 +404,8 @@ void Daemon::Heartbeat() {
   for (std::string& id : sessions_->RunningOps()) ids.push_back(std::move(id));
   ledger_->CheckCancels(ids, [this](const std::string& id) { OnCancel(id); });
   WriteHeartbeatRecord();
-  RefreshQueueFigures(cmd_.get(), stream_reader_->Streams(), &metrics_);
+  RefreshQueueFigures(cmd_.get(), stream_reader_->Streams(), &metrics_,
+                      [this](const QueueFigures& f) { queue_figures_ = f; });
   std::vector<size_t> waiting;
   for (const auto& w : waiting_) waiting.push_back(w.size());
   pools_->Resize(waiting);
@@ -416,7 +417,7 @@ void Daemon::Heartbeat() {
 void Daemon::WriteHeartbeatRecord() {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_map(10);
+  pk.pack_map(13);
   pk.pack("v"), pk.pack(1);
   pk.pack("consumer"), pk.pack(config_.consumer);
   pk.pack("pid"), pk.pack(static_cast<int64_t>(::getpid()));
@@ -426,6 +427,13 @@ void Daemon::WriteHeartbeatRecord() {
   pk.pack("busy"), pk.pack(static_cast<uint64_t>(pools_->BusyCount()));
   pk.pack("draining"), pk.pack(draining_);
   pk.pack("started_ms"), pk.pack(started_ms_);
+  // What `sandpool top` shows (PROTOCOL.md section 10): pools, the queue, the last minute.
+  pk.pack("pools"), PackPools(pk, config_, *pools_);
+  pk.pack("queue_figures"), pk.pack_map(3);
+  pk.pack("pending"), pk.pack(static_cast<uint64_t>(queue_figures_.pending));
+  pk.pack("lag"), pk.pack(static_cast<uint64_t>(queue_figures_.lag));
+  pk.pack("oldest_ms"), pk.pack(queue_figures_.oldest_ms);
+  pk.pack("recent"), PackRecent(pk, metrics_.recent().Last(MonotonicUs()));
   // Network templates' policies (PROTOCOL.md section 10): what jobs and sessions may narrow.
   size_t networked = 0;
   for (const TemplateConfig& t : config_.templates) networked += t.network;

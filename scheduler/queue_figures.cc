@@ -10,16 +10,19 @@ namespace sandpool {
 namespace {
 
 struct Totals {
-  double pending = 0, lag = 0;
-  int64_t oldest_ms = 0;  // 0: nothing waits
+  QueueFigures figures;
   size_t left = 0;        // replies still to come
   bool failed = false;
+  std::function<void(const QueueFigures&)> done;
 };
 
 void Finish(const std::shared_ptr<Totals>& t, Metrics* metrics) {
   if (--t->left > 0 || t->failed) return;
-  double age = t->oldest_ms == 0 ? 0.0 : static_cast<double>(WallMs() - t->oldest_ms) / 1000.0;
-  metrics->SetQueue(t->pending, t->lag, age > 0 ? age : 0.0);
+  QueueFigures& f = t->figures;
+  double age = f.oldest_ms == 0 ? 0.0 : static_cast<double>(WallMs() - f.oldest_ms) / 1000.0;
+  f.oldest_age_s = age > 0 ? age : 0.0;
+  metrics->SetQueue(f.pending, f.lag, f.oldest_age_s);
+  if (t->done) t->done(f);
 }
 
 // The oldest undelivered entry of `stream`: the first one after the group's last-delivered-id.
@@ -36,7 +39,7 @@ void ReadOldest(RedisAsync* cmd, const std::string& stream, const std::string& l
       for (size_t i = 0; f->type == REDIS_REPLY_ARRAY && i + 1 < f->elements; i += 2) {
         if (ReplyString(f->element[i]) == "enqueued_ms") ms = std::strtoll(ReplyString(f->element[i + 1]).c_str(), nullptr, 10);
       }
-      if (ms > 0 && (t->oldest_ms == 0 || ms < t->oldest_ms)) t->oldest_ms = ms;
+      if (ms > 0 && (t->figures.oldest_ms == 0 || ms < t->figures.oldest_ms)) t->figures.oldest_ms = ms;
     }
     Finish(t, metrics);
   });
@@ -54,8 +57,10 @@ int64_t StreamIdMs(const std::string& id) {
   return end != id.c_str() && ms > 0 ? ms : 0;
 }
 
-void RefreshQueueFigures(RedisAsync* cmd, const std::vector<std::string>& streams, Metrics* metrics) {
+void RefreshQueueFigures(RedisAsync* cmd, const std::vector<std::string>& streams, Metrics* metrics,
+                         std::function<void(const QueueFigures&)> done) {
   auto t = std::make_shared<Totals>();
+  t->done = std::move(done);
   t->left = streams.size() + 1;  // one for this function: nothing is set before every send
   for (const std::string& key : streams) {
     bool sent = cmd->Command({"XINFO", "GROUPS", key}, [cmd, key, t, metrics](redisReply* r) {
@@ -79,8 +84,8 @@ void RefreshQueueFigures(RedisAsync* cmd, const std::vector<std::string>& stream
           if (k == "last-delivered-id") last = ReplyString(v);
         }
         if (!ours) continue;
-        t->pending += pending;
-        t->lag += lag;
+        t->figures.pending += pending;
+        t->figures.lag += lag;
         if (!last.empty()) ReadOldest(cmd, key, last, t, metrics);
       }
       Finish(t, metrics);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,10 +19,18 @@
 
 namespace sandpool {
 
-// Sends XINFO GROUPS (and one XRANGE per stream with undelivered entries) on `cmd`; sets the
-// queue series of `metrics` once every reply is in. Nothing is set if a command could not be
-// sent (the figures then keep their last values until the next heartbeat).
-void RefreshQueueFigures(RedisAsync* cmd, const std::vector<std::string>& streams, Metrics* metrics);
+struct QueueFigures {
+  double pending = 0, lag = 0;
+  int64_t oldest_ms = 0;       // first XADD of the oldest entry no daemon has read; 0: none
+  double oldest_age_s = 0;     // its age when the figures were read
+};
+
+// Sends XINFO GROUPS (and one XRANGE per stream with undelivered entries) on `cmd`; once every
+// reply is in, sets the queue series of `metrics` and calls `done` with the figures. Nothing is
+// set or called if a command could not be sent or its reply was lost (the figures then keep
+// their last values until the next heartbeat).
+void RefreshQueueFigures(RedisAsync* cmd, const std::vector<std::string>& streams, Metrics* metrics,
+                         std::function<void(const QueueFigures&)> done);
 
 // The milliseconds of a stream id ("1700000000000-0" -> 1700000000000); 0 if malformed.
 int64_t StreamIdMs(const std::string& id);
