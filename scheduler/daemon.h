@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "metrics/loop_lag.h"
 #include "metrics/metrics.h"
 #include "metrics/metrics_server.h"
 #include "queue/keys.h"
@@ -33,6 +34,7 @@
 #include "scheduler/intake.h"
 #include "scheduler/job_ledger.h"
 #include "scheduler/pools.h"
+#include "scheduler/queue_figures.h"
 #include "scheduler/redis_async.h"
 #include "scheduler/sessions.h"
 #include "scheduler/stream_reader.h"
@@ -97,6 +99,7 @@ class Daemon {
   Metrics metrics_;
   Network* network_ = nullptr;
   std::unique_ptr<MetricsServer> http_;
+  std::unique_ptr<LoopLagProbe> loop_lag_;
   std::unique_ptr<RedisAsync> cmd_, reader_, sub_;
   std::unique_ptr<Pools> pools_;
   std::unique_ptr<JobLedger> ledger_;
@@ -106,6 +109,7 @@ class Daemon {
   bool draining_ = false;
   int exit_code_ = 0;
   int64_t started_ms_ = 0;
+  QueueFigures queue_figures_;  // the last ones read (heartbeat record)
 
   std::vector<std::deque<StreamEntry>> waiting_;  // per template: entries waiting for a slot here
   std::map<std::string, Slot*> running_;          // job id -> slot

@@ -47,10 +47,11 @@ bool JobLedger::Claim(const std::string& job_id, const std::string& stream, cons
       });
 }
 
-void JobLedger::Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq) {
+void JobLedger::Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq,
+                       std::string_view template_name) {
   result.worker = config_.consumer;
   LogDebug("job finished", {{"job", result.id}, {"outcome", std::string(OutcomeName(result.outcome))}});
-  metrics_->JobCompleted(OutcomeName(result.outcome));
+  metrics_->JobCompleted(template_name, OutcomeName(result.outcome));
   PendingFinish f;
   f.job_id = result.id;
   f.stream = stream;
@@ -110,8 +111,9 @@ void JobLedger::Reject(const std::string& job_id, const std::string& stream, con
                        bool dead_letter) {
   LogInfo("job rejected", {{"job", job_id}, {"code", std::string(ErrorCodeName(code))}, {"error", message}});
   metrics_->JobRejected(ErrorCodeName(code));
-  metrics_->JobCompleted(OutcomeName(Outcome::kError));
+  metrics_->JobCompleted(Metrics::kOtherTemplate, OutcomeName(Outcome::kError));
   if (dead_letter) {
+    metrics_->DeadLetter(ErrorCodeName(code));
     auto job = fields.find("job");
     std::string raw = job == fields.end() ? std::string() : job->second.substr(0, kDeadRaw);
     size_t raw_bytes = job == fields.end() ? 0 : job->second.size();
@@ -188,7 +190,7 @@ void JobLedger::CancelQueued(const std::string& job_id) {
                 [this, job_id](redisReply* reply) {
                   if (ReplyString(reply) == "ok") {
                     LogInfo("queued job cancelled", {{"job", job_id}});
-                    metrics_->JobCompleted(OutcomeName(Outcome::kCancelled));
+                    metrics_->JobCompleted(Metrics::kOtherTemplate, OutcomeName(Outcome::kCancelled));
                   }
                 });
 }

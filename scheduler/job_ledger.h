@@ -59,7 +59,10 @@ class JobLedger {
   bool Claim(const std::string& job_id, const std::string& stream, const std::string& entry, uint32_t max_attempts,
              std::function<void(Verdict, uint32_t attempt)> done);
   // Stores `result` (FINISH), now or as soon as Redis can take it. seq: the exited event's.
-  void Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq);
+  // `template_name`: the job's template, for the outcome counter (Metrics folds names it does
+  // not know, snapshots among them).
+  void Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq,
+              std::string_view template_name);
   // The same for a result already encoded (a session operation's, PROTOCOL.md section 13), with
   // its exited event; `attempt` is the claim's.
   void FinishEncoded(const std::string& id, uint32_t attempt, std::string result, std::string event,

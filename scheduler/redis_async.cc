@@ -187,7 +187,12 @@ void RedisAsync::OnReply(redisAsyncContext*, void* reply, void* priv) {
   std::unique_ptr<PendingReply> p(static_cast<PendingReply*>(priv));
   if (p->owner.expired()) return;
   RedisAsync* self = *p->owner.lock();
-  if (p->timed && reply != nullptr && !self->sent_us_.empty()) self->sent_us_.pop_front();
+  double seconds = -1;
+  if (p->timed && reply != nullptr && !self->sent_us_.empty()) {
+    seconds = static_cast<double>(MonotonicUs() - self->sent_us_.front()) / 1e6;
+    self->sent_us_.pop_front();
+  }
+  if (reply != nullptr && self->hooks_.on_reply) self->hooks_.on_reply(seconds, static_cast<redisReply*>(reply));
   if (p->cb) p->cb(static_cast<redisReply*>(reply));
 }
 

@@ -38,6 +38,9 @@ class RedisAsync {
   struct Hooks {
     std::function<void()> on_connect;
     std::function<void()> on_disconnect;
+    // Every reply (not lost ones): its round trip in seconds (-1 for blocking commands, whose
+    // wait is by design) and the reply, for metrics. Must not send commands.
+    std::function<void(double seconds, const redisReply* reply)> on_reply;
   };
 
   // `name` is for logs; `client_name` (may be empty) what CLIENT SETNAME is given.

@@ -1399,12 +1399,12 @@ void Sessions::RunJob(JobSpec spec, const std::string& stream, const std::string
       case JobLedger::Verdict::kCancelled:
         r.outcome = Outcome::kCancelled;
         r.error = JobError{ErrorCode::kCancelled, "cancelled by a client before it started"};
-        ledger_->Finish(std::move(r), stream, entry, 0);
+        ledger_->Finish(std::move(r), stream, entry, 0, Metrics::kOtherTemplate);
         break;
       case JobLedger::Verdict::kLost:
         r.outcome = Outcome::kWorkerLost;
         r.error = JobError{ErrorCode::kWorkerLost, "the daemon running this job died and no retry was left"};
-        ledger_->Finish(std::move(r), stream, entry, 0);
+        ledger_->Finish(std::move(r), stream, entry, 0, Metrics::kOtherTemplate);
         break;
       case JobLedger::Verdict::kDrop:
         ledger_->Ack(stream, entry);
@@ -1429,7 +1429,7 @@ void Sessions::StartJob(std::shared_ptr<JobSpec> spec, std::string stream, std::
     r.attempt = attempt;
     r.outcome = Outcome::kError;
     r.error = JobError{code, why};
-    ledger_->Finish(std::move(r), stream, entry, 0);
+    ledger_->Finish(std::move(r), stream, entry, 0, Metrics::kOtherTemplate);
     --ops_in_flight_;
     if (on_idle_) on_idle_();
   };
@@ -1493,8 +1493,7 @@ void Sessions::StartJob(std::shared_ptr<JobSpec> spec, std::string stream, std::
 void Sessions::EndJob(const std::string& sid, JobResult&& r, uint64_t seq, const std::string& stream,
                       const std::string& entry) {
   op_session_.erase(r.id);
-  metrics_->JobCompleted(OutcomeName(r.outcome));
-  ledger_->Finish(std::move(r), stream, entry, seq);
+  ledger_->Finish(std::move(r), stream, entry, seq, Metrics::kOtherTemplate);
   --ops_in_flight_;
   auto it = sessions_.find(sid);
   if (it != sessions_.end()) {
