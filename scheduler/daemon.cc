@@ -382,6 +382,9 @@ void Daemon::OnHeartbeatTimer(evutil_socket_t, short, void* arg) { static_cast<D
 
 void Daemon::Heartbeat() {
   pools_->UpdateGauges();
+  // Logs a Redis that stops answering once when it starts and once when it ends (/readyz shows
+  // it meanwhile).
+  cmd_->WatchStall(kRedisStallMs);
   if (network_ && network_->firewall) network_->firewall->ExportCounters(&metrics_);
   if (!cmd_->connected()) return;
   // Anything that failed on an error reply (not a lost connection) is retried from here.
