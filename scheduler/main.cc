@@ -13,6 +13,7 @@
 #include "scheduler/config.h"
 #include "scheduler/daemon.h"
 #include "scheduler/net_setup.h"
+#include "scheduler/preflight.h"
 #include "scheduler/sd_notify.h"
 #include "worker/cgroup.h"
 #include "worker/spawner.h"
@@ -34,6 +35,16 @@ int main(int argc, char** argv) {
   if (::geteuid() != 0) {
     LogError("sandpoold must run as root: it creates namespaces, cgroups and uid maps (job code never runs as root)");
     return 2;
+  }
+  // Too little privilege (a container without the capabilities, seccomp, AppArmor, /proc or
+  // cgroup settings sandboxes need) is said here, each missing piece by name, not on the first job.
+  std::vector<std::string> missing = Preflight();
+  if (!missing.empty()) {
+    for (const std::string& m : missing) {
+      LogError("cannot make sandboxes here", {{"missing", m}});
+      std::fprintf(stderr, "sandpoold: %s\n", m.c_str());
+    }
+    return 1;
   }
   // systemd's notify socket, read and removed from the environment before anything forks.
   auto notify = SdNotify::FromEnvironment();
