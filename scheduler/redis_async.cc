@@ -68,6 +68,7 @@ void RedisAsync::Close() {
     ac->data = nullptr;
     redisAsyncFree(ac);  // pending callbacks run with nullptr replies
   }
+  stall_since_us_ = 0;
   sent_us_.clear();
 }
 
@@ -126,6 +127,7 @@ void RedisAsync::OnDisconnect(const redisAsyncContext* ac, int status) {
   bool was_connected = self->connected_;
   self->ac_ = nullptr;
   self->connected_ = false;
+  self->EndStall("redis connection lost after not answering");
   self->sent_us_.clear();
   if (status != REDIS_OK) LogWarn("redis connection lost", {{"conn", self->name_}, {"error", ac->errstr}});
   if (was_connected && self->hooks_.on_disconnect) self->hooks_.on_disconnect();
@@ -178,6 +180,21 @@ bool RedisAsync::Eval(const char* body, std::vector<std::string> args, Callback 
   });
 }
 
+void RedisAsync::WatchStall(int64_t threshold_ms) {
+  stall_threshold_ms_ = threshold_ms;
+  if (stall_since_us_ != 0 || OldestPendingMs() <= threshold_ms) return;
+  stall_since_us_ = sent_us_.front();
+  LogWarn("redis not answering", {{"conn", name_}, {"waited_ms", OldestPendingMs()},
+                                  {"pending_commands", static_cast<uint64_t>(sent_us_.size())}});
+}
+
+void RedisAsync::EndStall(const char* how) {
+  if (stall_since_us_ == 0) return;
+  int64_t ms = (MonotonicUs() - stall_since_us_) / 1000;
+  stall_since_us_ = 0;
+  Log(LogLevel::kWarn, how, {{"conn", name_}, {"stalled_ms", ms}});
+}
+
 int64_t RedisAsync::OldestPendingMs() const {
   if (sent_us_.empty()) return 0;
   return (MonotonicUs() - sent_us_.front()) / 1000;
@@ -193,6 +210,10 @@ void RedisAsync::OnReply(redisAsyncContext*, void* reply, void* priv) {
     self->sent_us_.pop_front();
   }
   if (reply != nullptr && self->hooks_.on_reply) self->hooks_.on_reply(seconds, static_cast<redisReply*>(reply));
+  // Replies that waited through the stall arrive together: it is over once what is left is young.
+  if (self->stall_since_us_ != 0 && self->OldestPendingMs() <= self->stall_threshold_ms_) {
+    self->EndStall("redis answering again");
+  }
   if (p->cb) p->cb(static_cast<redisReply*>(reply));
 }
 

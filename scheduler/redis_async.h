@@ -68,6 +68,11 @@ class RedisAsync {
   // 0 when nothing is outstanding (subscriptions and blocking reads are not counted: see
   // CommandBlocking).
   int64_t OldestPendingMs() const;
+  // Logs once when the oldest command has waited longer than `threshold_ms` (warning "redis not
+  // answering") and once when answers come again ("redis answering again", with how long none
+  // came, counted from when the oldest unanswered command was sent) or the connection is lost
+  // meanwhile. Call it periodically (the daemon's heartbeat); the end is noticed at the reply.
+  void WatchStall(int64_t threshold_ms);
   // Like Command, for a command that blocks on the server by design (XREADGROUP BLOCK): its
   // wait does not count in OldestPendingMs.
   bool CommandBlocking(const std::vector<std::string>& args, Callback cb);
@@ -99,6 +104,9 @@ class RedisAsync {
   bool closing_ = false;
   int backoff_ms_ = 50;
   bool warned_ = false;  // one warning per outage, not one per retry
+  int64_t stall_since_us_ = 0;  // WatchStall: the stall being reported began then; 0: none
+  int64_t stall_threshold_ms_ = 0;
+  void EndStall(const char* how);
   struct event* retry_timer_ = nullptr;
   std::map<std::string, std::unique_ptr<Callback>> subscriptions_;
   std::vector<const char*> preload_;
