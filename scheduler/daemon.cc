@@ -198,7 +198,7 @@ void Daemon::Dispatch(StreamEntry e) {
     ledger_->Ack(e.stream, e.id);
     return;
   }
-  ledger_->Hold(e.stream, e.id);
+  ledger_->Hold(e.stream, e.id, NotifyTargetOf(e.fields));
   auto admitted = Admit(e, config_);
   if (auto* why = std::get_if<Rejection>(&admitted)) {
     Reject(e, *why);

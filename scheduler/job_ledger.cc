@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "scheduler/intake.h"
 #include "scheduler/scripts.h"
 
 namespace sandpool {
@@ -27,10 +28,12 @@ bool JobLedger::Claim(const std::string& job_id, const std::string& stream, cons
                       uint32_t max_attempts, std::function<void(Verdict, uint32_t)> done) {
   (void)stream;
   bool retry_own = unsure_claims_.erase(entry) > 0;
+  auto held = held_.find(entry);
+  std::string notify = held != held_.end() ? held->second.notify : "";
   return cmd_->Eval(kClaimScript,
       {"2", keys_.Job(job_id), keys_.Result(job_id), entry, config_.consumer,
        std::to_string(WallMs()), std::to_string(config_.result_ttl_s), std::to_string(max_attempts),
-       retry_own ? "1" : "0"},
+       retry_own ? "1" : "0", notify, keys_.prefix(), job_id},
       [this, done = std::move(done), entry, job_id](redisReply* r) {
         if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
           if (r != nullptr) LogWarn("claim failed", {{"job", job_id}, {"error", ReplyString(r)}});
@@ -75,7 +78,7 @@ void JobLedger::SendFinish(PendingFinish f) {
   std::vector<std::string> args = {"4", keys_.Job(f.job_id), keys_.Result(f.job_id), f.stream,
                                    keys_.Out(f.job_id), f.entry, config_.consumer, f.attempt, f.result,
                                    std::to_string(config_.result_ttl_s), f.event, std::string(Keys::kGroup),
-                                   std::to_string(f.live.size())};
+                                   keys_.prefix(), f.job_id, std::to_string(f.live.size())};
   args.insert(args.end(), f.live.begin(), f.live.end());
   // Sent again after a lost connection: live events are at most once, so they do not wait.
   f.live.clear();
@@ -128,14 +131,15 @@ void JobLedger::Reject(const std::string& job_id, const std::string& stream, con
   r.attempt = 0;  // it never ran
   r.worker = config_.consumer;
   r.error = JobError{code, std::move(message)};
-  Answer(job_id, stream, entry, EncodeResult(r), EncodeExitedEvent(0, r));
+  Answer(job_id, stream, entry, EncodeResult(r), EncodeExitedEvent(0, r), NotifyTargetOf(fields));
 }
 
 void JobLedger::Answer(const std::string& id, const std::string& stream, const std::string& entry,
-                       const std::string& result, const std::string& event) {
+                       const std::string& result, const std::string& event, const std::string& notify) {
   // One that cannot be stored now is found again by the own-pending scan.
   bool sent = cmd_->Eval(kRejectScript, {"3", keys_.Result(id), stream, keys_.Out(id), entry, result,
-                             std::to_string(config_.result_ttl_s), event, std::string(Keys::kGroup)},
+                             std::to_string(config_.result_ttl_s), event, std::string(Keys::kGroup),
+                             keys_.prefix(), notify, id},
                             [this, entry](redisReply* reply) {
                               if (reply != nullptr && reply->type != REDIS_REPLY_ERROR) held_.erase(entry);
                             });
@@ -211,8 +215,8 @@ void JobLedger::CheckCancels(const std::vector<std::string>& job_ids, std::funct
 void JobLedger::RefreshLeases(std::function<void(const std::string&)> lost) {
   if (held_.empty()) return;
   std::vector<std::string> keys, ids;
-  for (const auto& [entry, stream] : held_) {
-    keys.push_back(stream);
+  for (const auto& [entry, held] : held_) {
+    keys.push_back(held.stream);
     ids.push_back(entry);
   }
   std::vector<std::string> args = {std::to_string(keys.size())};

@@ -47,8 +47,11 @@ class JobLedger {
   // live output may lag this much; a job that runs longer gets them published on their own).
   static constexpr int kEventHoldMs = 2;
 
-  // Entries this daemon holds (read and not yet finished): their leases are renewed.
-  void Hold(const std::string& stream, const std::string& entry) { held_[entry] = stream; }
+  // Entries this daemon holds (read and not yet finished): their leases are renewed. `notify`:
+  // the entry's notify target (intake.h NotifyTargetOf), which its claim records.
+  void Hold(const std::string& stream, const std::string& entry, std::string notify = "") {
+    held_[entry] = Held{stream, std::move(notify)};
+  }
   void Drop(const std::string& entry) { held_.erase(entry); }
   bool Holds(const std::string& entry) const { return held_.count(entry) > 0; }
   size_t held() const { return held_.size(); }
@@ -68,9 +71,10 @@ class JobLedger {
   void FinishEncoded(const std::string& id, uint32_t attempt, std::string result, std::string event,
                      const std::string& stream, const std::string& entry);
   // Answers an entry that was never claimed (REJECT: stored unless the id has a result, published,
-  // acked and deleted), with a result already encoded.
+  // recorded to `notify` (a notify target, "" for none), acked and deleted), with a result
+  // already encoded.
   void Answer(const std::string& id, const std::string& stream, const std::string& entry, const std::string& result,
-              const std::string& event);
+              const std::string& event, const std::string& notify = "");
   // An entry that cannot run: its error result (REJECT), and the raw entry to the dead-letter
   // stream when `dead_letter`.
   void Reject(const std::string& job_id, const std::string& stream, const std::string& entry, ErrorCode code,
@@ -109,7 +113,10 @@ class JobLedger {
   const Keys& keys_;
   const DaemonConfig& config_;
   Metrics* metrics_;
-  std::map<std::string, std::string> held_;  // entry -> its stream
+  struct Held {
+    std::string stream, notify;
+  };
+  std::map<std::string, Held> held_;  // entry -> its stream and notify target
   std::set<std::string> unsure_claims_;       // claims sent whose reply was lost
   std::deque<PendingFinish> pending_;
 };
