@@ -84,7 +84,7 @@ describe("reconnection", () => {
         assert.deepEqual(Buffer.concat(chunks), result.stdout, `job ${k}: chunks do not add up`);
       });
       // One job followed with events(): its output after the outage was rebuilt from the result.
-      const events = await followed;
+      await followed;
       const last = events.at(-1);
       assert.ok(last?.type === "exited" && last.result.ok);
       const out = events.filter((e): e is OutputEvent => e instanceof OutputEvent);
