@@ -2,6 +2,7 @@
 
 #include "scheduler/heartbeat_fields.h"
 #include "scheduler/net_setup.h"
+#include "scheduler/sd_notify.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "scheduler/scripts.h"
 
 namespace sandpool {
 namespace {
@@ -89,7 +91,7 @@ Status Daemon::Start() {
       keys_.ClientName(config_.consumer, "reader"));
   sub_ = std::make_unique<RedisAsync>(base_, config_.redis, "subscriber", RedisAsync::Hooks{},
                                       keys_.ClientName(config_.consumer, "subscriber"));
-  ledger_ = std::make_unique<JobLedger>(cmd_.get(), keys_, config_, &metrics_);
+  ledger_ = std::make_unique<JobLedger>(base_, cmd_.get(), keys_, config_, &metrics_);
   StreamReader::Hooks reading;
   reading.intake_capacity = [this] { return IntakeCapacity(); };
   reading.template_capacity = [this](uint32_t t) { return TemplateCapacity(t); };
@@ -126,10 +128,15 @@ Status Daemon::Start() {
   if (!s.ok()) return s.Prefixed("sessions");
 
   // Forwarded entries are announced here, so that a daemon with a free slot takes them at once.
-  sub_->Subscribe(keys_.prefix() + ":fwd", [this](redisReply*) { stream_reader_->Read(); });
+  sub_->Subscribe(keys_.prefix() + ":fwd", [this](redisReply* r) {
+    // ["message", channel, template name]
+    bool named = r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 3;
+    stream_reader_->OnForwarded(named ? ReplyString(r->element[2]) : std::string());
+  });
   sub_->Subscribe(keys_.Cancel(), [this](redisReply* r) {
     OnCancel(std::string(r->element[2]->str, r->element[2]->len));
   });
+  cmd_->PreloadScripts(AllScripts());
   cmd_->Connect();
   reader_->Connect();
   sub_->Connect();
@@ -137,6 +144,8 @@ Status Daemon::Start() {
   heartbeat_ev_ = event_new(base_, -1, EV_PERSIST, &Daemon::OnHeartbeatTimer, this);
   struct timeval tv = Ms(config_.heartbeat_ms);
   event_add(heartbeat_ev_, &tv);
+  if (notify_ != nullptr) SP_RETURN_IF_ERROR(notify_->StartWatchdog(base_).Prefixed("systemd watchdog"));
+  NotifySystemd();
   LogInfo("sandpoold started", {{"consumer", config_.consumer}, {"queue", stream_reader_->intake()},
                                 {"workers", config_.workers}, {"redis", config_.redis.Redacted()},
                                 {"cgroup", layout_.mode == CgroupMode::kV1 ? "v1" : "v2"}});
@@ -181,6 +190,7 @@ void Daemon::OnSlotReady(Slot& s) {
     Dispatch(std::move(e));
   }
   stream_reader_->Read();
+  if (!notified_ready_) NotifySystemd();  // STATUS= lines go with the heartbeat, not every job
 }
 
 void Daemon::Dispatch(StreamEntry e) {
@@ -188,7 +198,7 @@ void Daemon::Dispatch(StreamEntry e) {
     ledger_->Ack(e.stream, e.id);
     return;
   }
-  ledger_->Hold(e.stream, e.id);
+  ledger_->Hold(e.stream, e.id, NotifyTargetOf(e.fields));
   auto admitted = Admit(e, config_);
   if (auto* why = std::get_if<Rejection>(&admitted)) {
     Reject(e, *why);
@@ -393,6 +403,10 @@ void Daemon::OnHeartbeatTimer(evutil_socket_t, short, void* arg) { static_cast<D
 
 void Daemon::Heartbeat() {
   pools_->UpdateGauges();
+  // Logs a Redis that stops answering once when it starts and once when it ends (/readyz shows
+  // it meanwhile).
+  cmd_->WatchStall(kRedisStallMs);
+  NotifySystemd();
   if (network_ && network_->firewall) network_->firewall->ExportCounters(&metrics_);
   if (!cmd_->connected()) return;
   // Anything that failed on an error reply (not a lost connection) is retried from here.
@@ -411,6 +425,45 @@ void Daemon::Heartbeat() {
   pools_->Resize(waiting);
   stream_reader_->Heartbeat();
   sessions_->Heartbeat();
+}
+
+// systemd (sd_notify.h): READY=1 once, when Redis has stored this daemon's record (it answers, and
+// peers and clients see the daemon), it still answers, the reader is connected, and every
+// template that has a pool has a sandbox ready (or already busy); STATUS= when it changed; while
+// draining, the stop timeout is extended past what is left of the grace period (plus the kills,
+// the last result writes and Stop's wait for the pool's processes), one heartbeat at a time.
+void Daemon::NotifySystemd() {
+  if (notify_ == nullptr || !notify_->enabled() || !pools_ || !cmd_ || !reader_) return;
+  std::string state;
+  bool warm = true;
+  for (uint32_t t = 0; t < pools_->templates(); ++t) {
+    if (pools_->PoolSize(t) > 0 && pools_->ReadyCount(t) + pools_->BusyCount(t) == 0) warm = false;
+  }
+  std::string why;
+  bool redis = RedisResponsive(&why);
+  if (!notified_ready_ && !draining_ && record_stored_ && redis && warm) {
+    notified_ready_ = true;
+    state += "READY=1\n";
+    LogInfo("ready: told systemd");
+  }
+  std::string status;
+  if (draining_) {
+    status = "draining: " + std::to_string(running_.size()) + " jobs running";
+  } else {
+    status = std::to_string(pools_->ReadyCount()) + " of " + std::to_string(pools_->SlotCount()) + " slots ready, " +
+             std::to_string(pools_->BusyCount()) + " busy; queue lag " + std::to_string(static_cast<uint64_t>(queue_figures_.lag)) +
+             ", pending " + std::to_string(static_cast<uint64_t>(queue_figures_.pending)) + "; " + (redis ? "redis ok" : why);
+    if (!notified_ready_) status = "warming up: " + status;
+  }
+  if (status != notified_status_) {
+    notified_status_ = status;
+    state += "STATUS=" + status + "\n";
+  }
+  if (draining_) {
+    int64_t left_us = std::max<int64_t>(0, drain_deadline_us_ - MonotonicUs());
+    state += "EXTEND_TIMEOUT_USEC=" + std::to_string(left_us + 15 * 1000000) + "\n";
+  }
+  if (!state.empty()) notify_->Send(state);
 }
 
 // The daemon's record (PROTOCOL.md section 1): who is alive and what it can take.
@@ -449,6 +502,11 @@ void Daemon::WriteHeartbeatRecord() {
                  std::to_string(3 * config_.heartbeat_ms)},
                 [this](redisReply* r) {
                   if (r != nullptr && r->type == REDIS_REPLY_STATUS) metrics_.HeartbeatWritten(static_cast<double>(WallMs()) / 1000.0);
+                  // Redis answered, and peers and clients can see this daemon: one half of ready.
+                  if (r != nullptr && r->type == REDIS_REPLY_STATUS && !record_stored_) {
+                    record_stored_ = true;
+                    NotifySystemd();
+                  }
                 });
 }
 
@@ -489,6 +547,9 @@ void Daemon::Drain(const char* why) {
   grace_ev_ = evtimer_new(base_, &Daemon::OnGraceTimer, this);
   struct timeval tv = Ms(config_.grace_ms);
   evtimer_add(grace_ev_, &tv);
+  drain_deadline_us_ = MonotonicUs() + static_cast<int64_t>(config_.grace_ms) * 1000;
+  if (notify_ != nullptr) notify_->Send("STOPPING=1");
+  NotifySystemd();
   if (pools_) pools_->SetDraining();
   // Entries waiting for a slot are not ours to run any more: another daemon (or our restart)
   // gets them through the pending list, unclaimed, so they run normally. Stopping the reader

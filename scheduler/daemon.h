@@ -23,6 +23,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "metrics/loop_lag.h"
@@ -44,6 +45,7 @@
 namespace sandpool {
 
 struct Network;  // net_setup.h
+class SdNotify;  // sd_notify.h
 
 class Daemon {
  public:
@@ -65,6 +67,10 @@ class Daemon {
   // resolver on the loop, the heartbeat exports the table's counters, Stop ends the proxy.
   // nullptr: none (no network templates; no template exposes ports or no preview listener).
   void SetNetwork(Network* network) { network_ = network; }
+  // systemd's notify socket (main.cc owns it): READY=1 once Redis answers and every template has
+  // a sandbox, STATUS= lines, STOPPING=1 and EXTEND_TIMEOUT_USEC= while draining, and the
+  // watchdog's pings from this loop. nullptr or disabled: not run by systemd.
+  void SetNotifier(SdNotify* notify) { notify_ = notify; }
 
  private:
   // A job is read: admit it, then start, park or forward it.
@@ -82,6 +88,7 @@ class Daemon {
   size_t TemplateCapacity(uint32_t t) const;
   bool RedisResponsive(std::string* why) const;
   void Heartbeat();
+  void NotifySystemd();
   void WriteHeartbeatRecord();
   void MaybeExit();
   void ReapChildren();
@@ -98,6 +105,11 @@ class Daemon {
 
   Metrics metrics_;
   Network* network_ = nullptr;
+  SdNotify* notify_ = nullptr;
+  bool notified_ready_ = false;
+  bool record_stored_ = false;  // Redis has stored this daemon's record at least once
+  std::string notified_status_;
+  int64_t drain_deadline_us_ = 0;                // when the grace period ends (monotonic)
   std::unique_ptr<MetricsServer> http_;
   std::unique_ptr<LoopLagProbe> loop_lag_;
   std::unique_ptr<RedisAsync> cmd_, reader_, sub_;

@@ -13,6 +13,8 @@
 #include "scheduler/config.h"
 #include "scheduler/daemon.h"
 #include "scheduler/net_setup.h"
+#include "scheduler/preflight.h"
+#include "scheduler/sd_notify.h"
 #include "worker/cgroup.h"
 #include "worker/spawner.h"
 #include "worker/template_build.h"
@@ -32,6 +34,22 @@ int main(int argc, char** argv) {
   SetLogLevel(config.log_level);
   if (::geteuid() != 0) {
     LogError("sandpoold must run as root: it creates namespaces, cgroups and uid maps (job code never runs as root)");
+    return 2;
+  }
+  // Too little privilege (a container without the capabilities, seccomp, AppArmor, /proc or
+  // cgroup settings sandboxes need) is said here, each missing piece by name, not on the first job.
+  std::vector<std::string> missing = Preflight();
+  if (!missing.empty()) {
+    for (const std::string& m : missing) {
+      LogError("cannot make sandboxes here", {{"missing", m}});
+      std::fprintf(stderr, "sandpoold: %s\n", m.c_str());
+    }
+    return 1;
+  }
+  // systemd's notify socket, read and removed from the environment before anything forks.
+  auto notify = SdNotify::FromEnvironment();
+  if (!notify.ok()) {
+    LogError("systemd notification", {{"error", notify.status().message()}});
     return 2;
   }
   ::signal(SIGPIPE, SIG_IGN);
@@ -128,6 +146,7 @@ int main(int argc, char** argv) {
   {
     Daemon daemon(config, base, std::move(spawner.value()), *layout);
     daemon.SetNetwork(&network.value());
+    daemon.SetNotifier(notify->get());
     s = daemon.Start();
     if (!s.ok()) {
       LogError("start-up failed", {{"error", s.message()}});
@@ -140,6 +159,7 @@ int main(int argc, char** argv) {
     }
   }
   network->dns.reset();  // its events and libunbound's live on the base
+  notify->reset();       // its watchdog timer too
   event_base_free(base);
   return code;
 }

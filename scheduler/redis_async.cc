@@ -2,11 +2,23 @@
 
 #include <hiredis/adapters/libevent.h>
 
+#include <cstring>
+#include <unordered_map>
+
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/sha1.h"
 
 namespace sandpool {
 namespace {
+
+// The SHA-1 of each script body, computed on its first use (loop thread only).
+const std::string& ScriptSha(const char* body) {
+  static std::unordered_map<const char*, std::string> shas;
+  auto it = shas.find(body);
+  if (it == shas.end()) it = shas.emplace(body, Sha1Hex(body)).first;
+  return it->second;
+}
 
 struct PendingReply {
   std::weak_ptr<RedisAsync*> owner;
@@ -56,6 +68,7 @@ void RedisAsync::Close() {
     ac->data = nullptr;
     redisAsyncFree(ac);  // pending callbacks run with nullptr replies
   }
+  stall_since_us_ = 0;
   sent_us_.clear();
 }
 
@@ -98,6 +111,10 @@ void RedisAsync::OnConnect(const redisAsyncContext* ac, int status) {
   }
   if (self->url_.db != 0) self->Command({"SELECT", std::to_string(self->url_.db)}, [](redisReply*) {});
   if (!self->client_name_.empty()) self->Command({"CLIENT", "SETNAME", self->client_name_}, [](redisReply*) {});
+  for (const char* body : self->preload_) {
+    (void)ScriptSha(body);
+    self->Command({"SCRIPT", "LOAD", body}, [](redisReply*) {});
+  }
   for (auto& [channel, cb] : self->subscriptions_) {
     (void)self->SendRaw({"SUBSCRIBE", channel}, &RedisAsync::OnMessage, cb.get());
   }
@@ -110,6 +127,7 @@ void RedisAsync::OnDisconnect(const redisAsyncContext* ac, int status) {
   bool was_connected = self->connected_;
   self->ac_ = nullptr;
   self->connected_ = false;
+  self->EndStall("redis connection lost after not answering");
   self->sent_us_.clear();
   if (status != REDIS_OK) LogWarn("redis connection lost", {{"conn", self->name_}, {"error", ac->errstr}});
   if (was_connected && self->hooks_.on_disconnect) self->hooks_.on_disconnect();
@@ -145,6 +163,38 @@ bool RedisAsync::CommandBlocking(const std::vector<std::string>& args, Callback 
   return Send(args, std::move(cb), false);
 }
 
+bool RedisAsync::Eval(const char* body, std::vector<std::string> args, Callback cb) {
+  auto request = std::make_shared<std::vector<std::string>>();
+  request->reserve(args.size() + 2);
+  request->push_back("EVALSHA");
+  request->push_back(ScriptSha(body));
+  for (std::string& a : args) request->push_back(std::move(a));
+  return Command(*request, [this, body, request, cb = std::move(cb)](redisReply* r) {
+    if (r != nullptr && r->type == REDIS_REPLY_ERROR && std::strncmp(r->str, "NOSCRIPT", 8) == 0) {
+      (*request)[0] = "EVAL";
+      (*request)[1] = body;
+      if (!Command(*request, cb)) cb(nullptr);  // as if lost with the connection
+      return;
+    }
+    cb(r);
+  });
+}
+
+void RedisAsync::WatchStall(int64_t threshold_ms) {
+  stall_threshold_ms_ = threshold_ms;
+  if (stall_since_us_ != 0 || OldestPendingMs() <= threshold_ms) return;
+  stall_since_us_ = sent_us_.front();
+  LogWarn("redis not answering", {{"conn", name_}, {"waited_ms", OldestPendingMs()},
+                                  {"pending_commands", static_cast<uint64_t>(sent_us_.size())}});
+}
+
+void RedisAsync::EndStall(const char* how) {
+  if (stall_since_us_ == 0) return;
+  int64_t ms = (MonotonicUs() - stall_since_us_) / 1000;
+  stall_since_us_ = 0;
+  Log(LogLevel::kWarn, how, {{"conn", name_}, {"stalled_ms", ms}});
+}
+
 int64_t RedisAsync::OldestPendingMs() const {
   if (sent_us_.empty()) return 0;
   return (MonotonicUs() - sent_us_.front()) / 1000;
@@ -160,6 +210,10 @@ void RedisAsync::OnReply(redisAsyncContext*, void* reply, void* priv) {
     self->sent_us_.pop_front();
   }
   if (reply != nullptr && self->hooks_.on_reply) self->hooks_.on_reply(seconds, static_cast<redisReply*>(reply));
+  // Replies that waited through the stall arrive together: it is over once what is left is young.
+  if (self->stall_since_us_ != 0 && self->OldestPendingMs() <= self->stall_threshold_ms_) {
+    self->EndStall("redis answering again");
+  }
   if (p->cb) p->cb(static_cast<redisReply*>(reply));
 }
 

@@ -55,9 +55,24 @@ class RedisAsync {
   bool connected() const { return connected_; }
 
   bool Command(const std::vector<std::string>& args, Callback cb);
+  // Runs the Lua script `body` (a string that lives as long as the program: scripts.h) with
+  // `args` (numkeys, the keys, then the arguments). Sent as EVALSHA with the body's SHA-1, so
+  // that Redis neither receives nor hashes the body on every call (with EVAL that hashing was
+  // most of Redis's CPU per job); when Redis answers NOSCRIPT (a fresh or restarted Redis, SCRIPT
+  // FLUSH) it is sent once more as EVAL, which also caches it. Same contract as Command: `cb`
+  // runs exactly once, unless this returns false.
+  bool Eval(const char* body, std::vector<std::string> args, Callback cb);
+  // Scripts to SCRIPT LOAD on every (re)connect, before anything else is sent: then Eval's
+  // NOSCRIPT fallback is only for a SCRIPT FLUSH behind our back. Call before Connect().
+  void PreloadScripts(std::vector<const char*> bodies) { preload_ = std::move(bodies); }
   // 0 when nothing is outstanding (subscriptions and blocking reads are not counted: see
   // CommandBlocking).
   int64_t OldestPendingMs() const;
+  // Logs once when the oldest command has waited longer than `threshold_ms` (warning "redis not
+  // answering") and once when answers come again ("redis answering again", with how long none
+  // came, counted from when the oldest unanswered command was sent) or the connection is lost
+  // meanwhile. Call it periodically (the daemon's heartbeat); the end is noticed at the reply.
+  void WatchStall(int64_t threshold_ms);
   // Like Command, for a command that blocks on the server by design (XREADGROUP BLOCK): its
   // wait does not count in OldestPendingMs.
   bool CommandBlocking(const std::vector<std::string>& args, Callback cb);
@@ -89,8 +104,12 @@ class RedisAsync {
   bool closing_ = false;
   int backoff_ms_ = 50;
   bool warned_ = false;  // one warning per outage, not one per retry
+  int64_t stall_since_us_ = 0;  // WatchStall: the stall being reported began then; 0: none
+  int64_t stall_threshold_ms_ = 0;
+  void EndStall(const char* how);
   struct event* retry_timer_ = nullptr;
   std::map<std::string, std::unique_ptr<Callback>> subscriptions_;
+  std::vector<const char*> preload_;
   // Liveness token: callbacks in flight hold a weak copy, so a destroyed RedisAsync is noticed.
   std::shared_ptr<RedisAsync*> self_;
 };

@@ -12,7 +12,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$(id -u)" -ne 0 ]; then exec sudo -E bash "$0" "$@"; fi
 extra_deps=""
-[ -n "${SANDPOOL_ALL_BUILDS:-}" ] && extra_deps="clang libclang-rt-14-dev"
+# CI (SANDPOOL_ALL_BUILDS) also installs systemd's tools for the unit file's checks (tests skip
+# them where systemd-analyze is missing).
+[ -n "${SANDPOOL_ALL_BUILDS:-}" ] && extra_deps="clang libclang-rt-14-dev systemd"
 SANDPOOL_DEPS_EXTRA="${SANDPOOL_DEPS_EXTRA:-} $extra_deps" bash "$root/scripts/install-deps.sh"
 jobs=$(nproc)
 werror=-DCMAKE_COMPILE_WARNING_AS_ERROR=ON
