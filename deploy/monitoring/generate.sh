@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ -n "$check" ]; then
-  tmp=$(mktemp -d)
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/sandpool-mixin-XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   jsonnet -S -m "$tmp" --tla-code "config=$config" "$here/build.jsonnet" >/dev/null
   if ! diff -ru "$here/generated" "$tmp"; then

@@ -146,7 +146,10 @@ def test_mixin_against_real_prometheus_and_two_daemons(redis_server, tmp_path):
         assert len(queries) >= 20
         empty = lambda: [title for title, expr in queries if not prom.query(expr)]  # noqa: E731
         wait_for(lambda: not empty(), 60, "every dashboard query to have data", interval=0.5)
-        assert prom.query('sum(sandpool_dead_letters_total{code="bad_payload"}) > 0')
+        # The rejected entry is answered apart from the jobs: wait for it, then for its scrape.
+        wait_for(lambda: r.xlen("sandpool:dead") > 0, 60, "the dead letter")
+        wait_for(lambda: prom.query('sum(sandpool_dead_letters_total{code="bad_payload"}) > 0'), 60,
+                 "the dead letter in Prometheus", interval=0.2)
 
         # Stuck queue: two long jobs fill both slots; a third waits, untaken.
         blockers = [submit(r, job_map(new_id("block"), shell="sleep 300")) for _ in range(2)]
