@@ -34,6 +34,16 @@ def py_pair(pool, plant: str, look: str):
     return first, pool.run(code=look, runtime="python")
 
 
+def pair_output(pool, kind, plant: str, look: str) -> str:
+    """Runs `plant` then `look` (python programs) in the slot: as argv jobs of the default
+    template (a fresh interpreter each) or as code jobs of the python template (the nursery);
+    returns what the second printed."""
+    if kind == "shell":
+        ok(pool.run(argv=[PY, "-c", plant]))
+        return ok(pool.run(argv=[PY, "-c", look]))
+    return ok(py_pair(pool, plant, look)[1])
+
+
 # --- files ------------------------------------------------------------------------------------
 
 FILE_DIRS = ["/work", "/tmp", "/var/tmp", "/dev/shm"]
@@ -101,13 +111,7 @@ print('mq_open', rt.mq_open(b'/MQNAME', os.O_RDWR, 0, None), ctypes.get_errno())
 @pytest.mark.parametrize("kind", ["shell", "python"])
 def test_sysv_ipc_and_posix_queues_do_not_survive(pool, kind):
     m = mark()
-    plant, look = SYSV_PLANT.replace("MQNAME", m), SYSV_LOOK.replace("MQNAME", m)
-    if kind == "shell":
-        ok(pool.run(argv=[PY, "-c", plant]))
-        out = ok(pool.run(argv=[PY, "-c", look]))
-    else:
-        first, second = py_pair(pool, plant, look)
-        out = ok(second)
+    out = pair_output(pool, kind, SYSV_PLANT.replace("MQNAME", m), SYSV_LOOK.replace("MQNAME", m))
     assert "shm 0 []" in out and "msg 0 []" in out and "sem 0 []" in out, out
     assert "shmget -1 msgget -1 semget -1" in out, out
     assert "mq_open -1 2" in out, out  # ENOENT
@@ -149,12 +153,7 @@ print('abstract connect', a.connect_ex(b'\\0NAME'))
 @pytest.mark.parametrize("kind", ["shell", "python"])
 def test_sockets_do_not_survive_in_the_slots_network_namespace(pool, kind):
     m = mark()
-    plant, look = NET_PLANT.replace("NAME", m), NET_LOOK.replace("NAME", m)
-    if kind == "shell":
-        ok(pool.run(argv=[PY, "-c", plant]))
-        out = ok(pool.run(argv=[PY, "-c", look]))
-    else:
-        out = ok(py_pair(pool, plant, look)[1])
+    out = pair_output(pool, kind, NET_PLANT.replace("NAME", m), NET_LOOK.replace("NAME", m))
     assert "unix []" in out and "tcp []" in out and "udp []" in out, out
     assert "connect 111" in out and "abstract connect 111" in out, out  # ECONNREFUSED
 
