@@ -416,32 +416,25 @@ JobKind ArgvTrue() {
   return k;
 }
 
-// Code jobs: no template named, so the daemon routes them to its `python` template (a warm
-// python3 that already imported its common modules) when it has one (PROTOCOL.md section 3).
-JobKind PyPrint() {
+// Code jobs: no template named, so the daemon routes them to its template of that runtime
+// (`python`: a warm python3 that already imported its common modules; `node`) when it has one
+// (PROTOCOL.md section 3).
+JobKind CodeKind(const char* runtime, const char* code, const char* expect) {
   JobKind k;
-  k.name = "code python: print(1)";
-  k.spec.code = "print(1)";
-  k.spec.runtime = "python";
-  k.expect_stdout = "1\n";
+  k.name = std::string("code ") + runtime + ": " + code;
+  k.spec.code = code;
+  k.spec.runtime = runtime;
+  k.expect_stdout = expect;
   return k;
 }
+
+JobKind PyPrint() { return CodeKind("python", "print(1)", "1\n"); }
+JobKind NodeLog() { return CodeKind("node", "console.log(1)", "1\n"); }
 
 JobKind PyImport() {
-  JobKind k;
-  k.name = "code python: import json, re, math";
-  k.spec.code = "import json, re, math; print(json.dumps([re.sub('a', 'b', 'a'), math.floor(2.5)]))";
-  k.spec.runtime = "python";
-  k.expect_stdout = "[\"b\", 2]\n";
-  return k;
-}
-
-JobKind NodeLog() {
-  JobKind k;
-  k.name = "code node: console.log(1)";
-  k.spec.code = "console.log(1)";
-  k.spec.runtime = "node";
-  k.expect_stdout = "1\n";
+  JobKind k = CodeKind("python", "import json, re, math; print(json.dumps([re.sub('a', 'b', 'a'), math.floor(2.5)]))",
+                       "[\"b\", 2]\n");
+  k.name = "code python: import json, re, math";  // the name the reports look for
   return k;
 }
 
