@@ -22,7 +22,8 @@
 //
 // FINISH KEYS: job hash, result key, queue stream, out channel
 //        ARGV: entry id, consumer, attempt, result bytes, ttl s, exited-event bytes, group,
-//              prefix, job id
+//              prefix, job id, and the result's outcome, exit code ("" for nil) and error code
+//              ("" for none) for the completion records (an empty outcome: read from the bytes)
 //   -> "ok" (stored, published, a record appended to each of the hash's notify targets, acked,
 //      deleted), "fenced" (another daemon took the job over
 //      because this one was presumed dead: nothing written), "dup" (the id belongs to another
@@ -30,7 +31,7 @@
 //
 // REJECT KEYS: result key, queue stream, out channel
 //        ARGV: entry id, result bytes, ttl s, exited-event bytes, group, prefix, notify target,
-//              job id
+//              job id, and the result's outcome, exit code and error code as for FINISH
 //   -> "ok". An entry that cannot run: its error result is stored (unless the id already has a
 //      result: idempotency), published, a record of the stored result appended to the entry's
 //      notify target, and the entry acked and deleted. No job hash is made.
