@@ -17,6 +17,14 @@ constexpr size_t kDeadLetters = 1000;
 
 }  // namespace
 
+NotifySummary NotifySummary::Of(const JobResult& r) {
+  NotifySummary s;
+  s.outcome = std::string(OutcomeName(r.outcome));
+  if (r.exit_code) s.exit_code = std::to_string(*r.exit_code);
+  if (r.error) s.error = std::string(ErrorCodeName(r.error->code));
+  return s;
+}
+
 JobLedger::JobLedger(struct event_base* base, RedisAsync* cmd, const Keys& keys, const DaemonConfig& config,
                      Metrics* metrics)
     : cmd_(cmd), hold_timer_(evtimer_new(base, &JobLedger::OnHoldTimer, this)), keys_(keys), config_(config),
@@ -66,6 +74,7 @@ void JobLedger::Finish(JobResult result, const std::string& stream, const std::s
     f.live = std::move(held->second);
     held_events_.erase(held);
   }
+  f.summary = NotifySummary::Of(result);
   SendFinish(std::move(f));
 }
 
@@ -78,7 +87,8 @@ void JobLedger::SendFinish(PendingFinish f) {
   std::vector<std::string> args = {"4", keys_.Job(f.job_id), keys_.Result(f.job_id), f.stream,
                                    keys_.Out(f.job_id), f.entry, config_.consumer, f.attempt, f.result,
                                    std::to_string(config_.result_ttl_s), f.event, std::string(Keys::kGroup),
-                                   keys_.prefix(), f.job_id, std::to_string(f.live.size())};
+                                   keys_.prefix(), f.job_id, f.summary.outcome, f.summary.exit_code,
+                                   f.summary.error, std::to_string(f.live.size())};
   args.insert(args.end(), f.live.begin(), f.live.end());
   // Sent again after a lost connection: live events are at most once, so they do not wait.
   f.live.clear();
@@ -131,15 +141,16 @@ void JobLedger::Reject(const std::string& job_id, const std::string& stream, con
   r.attempt = 0;  // it never ran
   r.worker = config_.consumer;
   r.error = JobError{code, std::move(message)};
-  Answer(job_id, stream, entry, EncodeResult(r), EncodeExitedEvent(0, r), NotifyTargetOf(fields));
+  Answer(job_id, stream, entry, EncodeResult(r), EncodeExitedEvent(0, r), NotifyTargetOf(fields), NotifySummary::Of(r));
 }
 
 void JobLedger::Answer(const std::string& id, const std::string& stream, const std::string& entry,
-                       const std::string& result, const std::string& event, const std::string& notify) {
+                       const std::string& result, const std::string& event, const std::string& notify,
+                       const NotifySummary& summary) {
   // One that cannot be stored now is found again by the own-pending scan.
   bool sent = cmd_->Eval(kRejectScript, {"3", keys_.Result(id), stream, keys_.Out(id), entry, result,
                              std::to_string(config_.result_ttl_s), event, std::string(Keys::kGroup),
-                             keys_.prefix(), notify, id},
+                             keys_.prefix(), notify, id, summary.outcome, summary.exit_code, summary.error},
                             [this, entry](redisReply* reply) {
                               if (reply != nullptr && reply->type != REDIS_REPLY_ERROR) held_.erase(entry);
                             });

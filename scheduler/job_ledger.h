@@ -34,6 +34,13 @@
 
 namespace sandpool {
 
+// What a completion record says of a result (PROTOCOL.md section 21): its outcome, exit code
+// ("" for nil) and error code ("" for none). Empty: the script reads them from the result's bytes.
+struct NotifySummary {
+  std::string outcome, exit_code, error;
+  static NotifySummary Of(const JobResult& r);
+};
+
 class JobLedger {
  public:
   enum class Verdict { kRun, kCancelled, kLost, kDrop, kUnknown };
@@ -74,7 +81,7 @@ class JobLedger {
   // recorded to `notify` (a notify target, "" for none), acked and deleted), with a result
   // already encoded.
   void Answer(const std::string& id, const std::string& stream, const std::string& entry, const std::string& result,
-              const std::string& event, const std::string& notify = "");
+              const std::string& event, const std::string& notify = "", const NotifySummary& summary = {});
   // An entry that cannot run: its error result (REJECT), and the raw entry to the dead-letter
   // stream when `dead_letter`.
   void Reject(const std::string& job_id, const std::string& stream, const std::string& entry, ErrorCode code,
@@ -100,6 +107,7 @@ class JobLedger {
  private:
   struct PendingFinish {
     std::string job_id, stream, entry, attempt, result, event;
+    NotifySummary summary;
     std::vector<std::string> live;  // live events held back for this FINISH to publish first
   };
   void SendFinish(PendingFinish f);

@@ -6,10 +6,12 @@ namespace sandpool {
 #define SANDPOOL_LUA_NOW_MS "local t = redis.call('TIME'); local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 
 // The completion record (PROTOCOL.md section 21), the one place it is built: sp_notify(prefix,
-// target, job id, stored result bytes, ttl s) appends it to the stream <prefix>:notify:<name> of a
-// target "<name>" or "<name>!" ("!": the record carries the result when it fits 64 KiB). The
-// outcome, exit code and error code are read from the stored result by a small msgpack reader
-// (sp_summary): Redis's cmsgpack cannot read bin, and results carry their output as bin.
+// target, job id, stored result bytes, ttl s, known) appends it to the stream <prefix>:notify:<name>
+// of a target "<name>" or "<name>!" ("!": the record carries the result when it fits 64 KiB).
+// FINISH and REJECT pass the outcome, exit code and error code of the result they store (known,
+// from the daemon's JobResult: JobLedger's NotifySummary); for a result stored earlier (a
+// resubmitted id) they are read from its bytes by a small msgpack reader (sp_summary; Redis's
+// cmsgpack cannot read bin, and results carry their output as bin), which costs Redis about 15-30 µs.
 // sp_targets(list) splits a job hash's space-separated `notify` list; sp_add(list, target) adds one
 // (at most 16 different streams per job).
 #define SANDPOOL_LUA_NOTIFY \
@@ -22,19 +24,21 @@ namespace sandpool {
   "local sp_ints = {[0xcc] = 1, [0xcd] = 2, [0xce] = 4, [0xcf] = 8, [0xd0] = 1, [0xd1] = 2, [0xd2] = 4, [0xd3] = 8}\n" \
   "local sp_fixext = {[0xd4] = 1, [0xd5] = 2, [0xd6] = 4, [0xd7] = 8, [0xd8] = 16}\n" \
   "local sp_ext = {[0xc7] = 1, [0xc8] = 2, [0xc9] = 4}\n" \
-  "local function sp_read(s, i)\n" \
+  "-- The value at i (strings only when want), the index after it, and for an array or map the\n" \
+  "-- number of items that follow it.\n" \
+  "local function sp_read(s, i, want)\n" \
   "  local b = string.byte(s, i)\n" \
   "  if not b then return nil, i + 1 end\n" \
   "  if b <= 0x7f then return b, i + 1 end\n" \
   "  if b >= 0xe0 then return b - 256, i + 1 end\n" \
-  "  if b >= 0xa0 and b <= 0xbf then return string.sub(s, i + 1, i + b - 0xa0), i + 1 + b - 0xa0 end\n" \
+  "  if b >= 0xa0 and b <= 0xbf then return want and string.sub(s, i + 1, i + b - 0xa0), i + 1 + b - 0xa0 end\n" \
   "  if b >= 0x80 and b <= 0x8f then return nil, i + 1, (b - 0x80) * 2 end\n" \
   "  if b >= 0x90 and b <= 0x9f then return nil, i + 1, b - 0x90 end\n" \
   "  if b == 0xc0 then return nil, i + 1 end\n" \
   "  if b == 0xc2 or b == 0xc3 then return b == 0xc3, i + 1 end\n" \
   "  if sp_lens[b] then\n" \
   "    local n = sp_uint(s, i + 1, sp_lens[b])\n" \
-  "    return string.sub(s, i + 1 + sp_lens[b], i + sp_lens[b] + n), i + 1 + sp_lens[b] + n\n" \
+  "    return want and string.sub(s, i + 1 + sp_lens[b], i + sp_lens[b] + n), i + 1 + sp_lens[b] + n\n" \
   "  end\n" \
   "  if sp_ints[b] then\n" \
   "    local v = sp_uint(s, i + 1, sp_ints[b])\n" \
@@ -54,7 +58,7 @@ namespace sandpool {
   "local function sp_skip(s, i)\n" \
   "  local pending = 1\n" \
   "  while pending > 0 and i <= #s do\n" \
-  "    local _, j, items = sp_read(s, i)\n" \
+  "    local _, j, items = sp_read(s, i, false)\n" \
   "    pending = pending - 1 + (items or 0)\n" \
   "    i = j\n" \
   "  end\n" \
@@ -62,32 +66,35 @@ namespace sandpool {
   "end\n" \
   "local function sp_summary(s)\n" \
   "  local out = {}\n" \
-  "  local _, i, n = sp_read(s, 1)\n" \
+  "  local _, i, n = sp_read(s, 1, false)\n" \
   "  for _ = 1, (n or 0) / 2 do\n" \
   "    local k, v, j, m\n" \
-  "    k, i = sp_read(s, i)\n" \
-  "    v, j, m = sp_read(s, i)\n" \
+  "    k, i = sp_read(s, i, true)\n" \
+  "    local wanted = k == 'outcome' or k == 'exit_code' or k == 'error'\n" \
+  "    v, j, m = sp_read(s, i, wanted)\n" \
   "    if m and k == 'error' then\n" \
   "      i = j\n" \
   "      for _ = 1, m / 2 do\n" \
   "        local ek, ev\n" \
-  "        ek, i = sp_read(s, i)\n" \
-  "        ev, j = sp_read(s, i)\n" \
+  "        ek, i = sp_read(s, i, true)\n" \
+  "        ev, j = sp_read(s, i, ek == 'code')\n" \
   "        if ek == 'code' and type(ev) == 'string' then out.error = ev end\n" \
   "        i = sp_skip(s, i)\n" \
   "      end\n" \
   "    else\n" \
-  "      if k == 'outcome' or k == 'exit_code' then out[k] = v end\n" \
+  "      if wanted and k ~= 'error' then out[k] = v end\n" \
   "      i = sp_skip(s, i)\n" \
   "    end\n" \
   "  end\n" \
   "  return out\n" \
   "end\n" \
-  "local function sp_notify(prefix, target, id, res, ttl)\n" \
+  "-- known: {outcome, exit_code, error} when the caller has them (a result it stores now), else nil:\n" \
+  "-- they are read from the stored result.\n" \
+  "local function sp_notify(prefix, target, id, res, ttl, known)\n" \
   "  if target == '' or not res then return end\n" \
   "  local name, want = target, false\n" \
   "  if string.sub(target, -1) == '!' then name = string.sub(target, 1, -2); want = true end\n" \
-  "  local r = sp_summary(res)\n" \
+  "  local r = known or sp_summary(res)\n" \
   "  local f = {'id', id, 'outcome', type(r.outcome) == 'string' and r.outcome or 'error', 'exit_code', ''}\n" \
   "  if type(r.exit_code) == 'number' then f[6] = string.format('%d', r.exit_code) end\n" \
   "  if r.error then f[#f + 1] = 'error'; f[#f + 1] = r.error end\n" \
@@ -158,7 +165,7 @@ return {verdict, tostring(attempt)}
 )lua";
 
 const char* const kFinishScript = SANDPOOL_LUA_NOW_MS SANDPOOL_LUA_NOTIFY R"lua(
-for i = 11, 10 + tonumber(ARGV[10]) do redis.call('PUBLISH', KEYS[4], ARGV[i]) end
+for i = 14, 13 + tonumber(ARGV[13]) do redis.call('PUBLISH', KEYS[4], ARGV[i]) end
 local h = redis.call('HMGET', KEYS[1], 'consumer', 'attempt', 'entry', 'notify')
 if h[3] and h[3] ~= ARGV[1] then return 'dup' end
 if h[1] and (h[1] ~= ARGV[2] or h[2] ~= ARGV[3]) then return 'fenced' end
@@ -167,7 +174,9 @@ redis.call('HSET', KEYS[1], 'state', 'done', 'entry', ARGV[1], 'consumer', ARGV[
            'done_ms', now_ms)
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('PUBLISH', KEYS[4], ARGV[6])
-for _, target in ipairs(sp_targets(h[4])) do sp_notify(ARGV[8], target, ARGV[9], ARGV[4], ARGV[5]) end
+local known = {outcome = ARGV[10], exit_code = tonumber(ARGV[11]), error = ARGV[12] ~= '' and ARGV[12] or nil}
+if not known.outcome or known.outcome == '' then known = nil end
+for _, target in ipairs(sp_targets(h[4])) do sp_notify(ARGV[8], target, ARGV[9], ARGV[4], ARGV[5], known) end
 redis.call('XACK', KEYS[3], ARGV[7], ARGV[1])
 redis.call('XDEL', KEYS[3], ARGV[1])
 return 'ok'
@@ -175,13 +184,16 @@ return 'ok'
 
 const char* const kRejectScript = SANDPOOL_LUA_NOTIFY R"lua(
 local stored = ARGV[2]
+local known = {outcome = ARGV[9], exit_code = tonumber(ARGV[10]), error = ARGV[11] ~= '' and ARGV[11] or nil}
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
   redis.call('PUBLISH', KEYS[3], ARGV[4])
 elseif ARGV[7] ~= '' then
   stored = redis.call('GET', KEYS[1])
+  known = nil  -- the stored result is another one: read it
 end
-sp_notify(ARGV[6], ARGV[7], ARGV[8], stored, ARGV[3])
+if known and (not known.outcome or known.outcome == '') then known = nil end
+sp_notify(ARGV[6], ARGV[7], ARGV[8], stored, ARGV[3], known)
 redis.call('XACK', KEYS[2], ARGV[5], ARGV[1])
 redis.call('XDEL', KEYS[2], ARGV[1])
 return 'ok'

@@ -22,8 +22,9 @@
 //
 // FINISH KEYS: job hash, result key, queue stream, out channel
 //        ARGV: entry id, consumer, attempt, result bytes, ttl s, exited-event bytes, group,
-//              prefix, job id, n, then n live events held back (JobLedger::Publish), published
-//              first, in order
+//              prefix, job id, and the result's outcome, exit code ("" for nil) and error code
+//              ("" for none) for the completion records (an empty outcome: read from the bytes),
+//              n, then n live events held back (JobLedger::Publish), published first, in order
 //   -> "ok" (stored, published, a record appended to each of the hash's notify targets, acked,
 //      deleted), "fenced" (another daemon took the job over
 //      because this one was presumed dead: nothing written), "dup" (the id belongs to another
@@ -31,7 +32,7 @@
 //
 // REJECT KEYS: result key, queue stream, out channel
 //        ARGV: entry id, result bytes, ttl s, exited-event bytes, group, prefix, notify target,
-//              job id
+//              job id, and the result's outcome, exit code and error code as for FINISH
 //   -> "ok". An entry that cannot run: its error result is stored (unless the id already has a
 //      result: idempotency), published, a record of the stored result appended to the entry's
 //      notify target, and the entry acked and deleted. No job hash is made.

@@ -54,9 +54,10 @@ not succeed; 130 when interrupted (the jobs in flight are cancelled); 2 for bad 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
-std::string Hex8() {
+// `digits` random hex digits (at most 32).
+std::string RandomHex(size_t digits) {
   auto id = NewJobId();
-  return id.ok() ? id.value().substr(0, 8) : std::to_string(getpid());
+  return id.ok() ? id.value().substr(0, digits) : std::to_string(getpid()) + "-" + std::to_string(MonotonicUs());
 }
 
 bool Blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
@@ -364,8 +365,9 @@ int MapCommand(const std::vector<std::string>& args, GlobalOptions g) {
   }
   SyncRedis& redis = *redis_or.value();
   Keys keys(g.prefix);
-  const std::string run = !resumed.run.empty() ? resumed.run : "map-" + Hex8();
-  const std::string notify = run + "-" + Hex8();
+  const std::string run = !resumed.run.empty() ? resumed.run : "map-" + RandomHex(8);
+  // The stream's name is not guessable from the job ids (64 random bits: docs/SECURITY.md 4).
+  const std::string notify = run + "-" + RandomHex(16);
   const std::string stream = g.prefix + ":notify:" + notify;
   const std::string queue = keys.Queue(g.queue);
 

@@ -18,7 +18,8 @@ CLIENT_PW = "client-" + new_id("pw")
 # Exactly the lines of docs/SECURITY.md (passwords substituted).
 ACL_CLIENT = ("sandpool-client on >{pw} resetkeys resetchannels -@all +ping +hello +auth +multi +exec +discard "
               "(+xadd ~sandpool:q:*) (+get ~sandpool:result:*) (+hset +expire ~sandpool:job:*) "
-              "(+subscribe +unsubscribe &sandpool:out:*) (+publish &sandpool:cancel)")
+              "(+subscribe +unsubscribe &sandpool:out:*) (+publish &sandpool:cancel) "
+              "(+xread +del ~sandpool:notify:*)")
 ACL_DAEMON = ("sandpool-daemon on >{pw} resetkeys resetchannels -@all +ping +hello +auth +select +client|setname "
               "+client|list +info +xreadgroup +xack +xdel +xautoclaim +xclaim +xpending +xrange +xgroup|create +xinfo|groups "
               "+xlen +xadd +eval +evalsha +script|load +time +del +get +set +hset +hget +hgetall +hmget +exists +expire +publish +subscribe "
@@ -98,6 +99,19 @@ def test_client_user_runs_a_job_end_to_end(acl_setup):
     sub.close()
 
 
+def test_client_user_follows_a_completion_stream(acl_setup):
+    """PROTOCOL.md section 21 under the client ACL: XADD with notify, XREAD the stream, DEL it."""
+    server, d, client, port, url = acl_setup
+    job_id, name = new_id("aclnotify"), new_id("n")
+    client.xadd("sandpool:q:default", {"id": job_id, "notify": name, "notify_result": "1",
+                                       "job": msgpack.packb({"v": 4, "id": job_id, "shell": "echo rec"})})
+    reply = wait_for(lambda: client.xread({f"sandpool:notify:{name}": "0"}, block=1000), 30, "the record")
+    fields = reply[0][1][0][1]
+    assert fields[b"id"] == job_id.encode() and fields[b"outcome"] == b"exit"
+    assert msgpack.unpackb(fields[b"result"])["stdout"] == b"rec\n"
+    assert client.delete(f"sandpool:notify:{name}") == 1
+
+
 def test_client_user_can_cancel(acl_setup):
     server, d, client, port, url = acl_setup
     job_id = new_id("acl")
@@ -122,6 +136,8 @@ def test_client_user_can_cancel(acl_setup):
     ("XRANGE", "sandpool:q:default", "-", "+"),
     ("XDEL", "sandpool:q:default", "0-1"),
     ("DEL", "sandpool:q:default"),
+    ("XADD", "sandpool:notify:x", "*", "id", "forged", "outcome", "exit"),
+    ("XREAD", "STREAMS", "sandpool:q:default", "0"),
     ("KEYS", "*"),
     ("SCAN", "0"),
     ("CONFIG", "GET", "*"),

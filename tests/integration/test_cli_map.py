@@ -10,7 +10,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 
 import msgpack
 import pytest

@@ -13,11 +13,10 @@ Not thread-safe: use an AsyncClient from the event loop that created it.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import os
 import time
-from typing import Any, AsyncIterator, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Callable, Iterable, List, Mapping, NoReturn, Optional, Sequence, Union
 
 import redis
 import redis.asyncio as aioredis
@@ -41,7 +40,6 @@ from .client import (
 from .errors import WaitTimeout, check_options, translate_errors
 from .protocol import (
     BytesLike,
-    Completion,
     Event,
     ProtocolError,
     Result,

@@ -10,13 +10,11 @@ uses its own pub/sub connection, closed when it returns.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
 import os
 import secrets
 import time
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, NoReturn, Optional,
-                    Sequence, TypeVar, Union)
+                    Sequence, Union)
 
 import msgpack
 
@@ -56,9 +54,6 @@ _CONN_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 #: Options of map() applied to every job that does not set them itself.
 MAP_DEFAULTS = ("template", "env", "cwd", "timeout_ms", "max_output_bytes", "retries", "memory_bytes", "pids",
                 "cpu_time_ms")
-
-T = TypeVar("T")
-
 
 def job_of(where: str, options: Mapping[str, Any], unknown: Mapping[str, Any]) -> Job:
     """The Job of a call's keyword options (its locals()); a misspelt one raises

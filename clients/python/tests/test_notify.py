@@ -153,9 +153,9 @@ def test_invalid_notify_fields_are_bad_field(daemon: Daemon, fields: Dict[str, s
 
 def test_a_resubmitted_batch_runs_nothing_twice_and_a_new_stream_hears_of_every_job(daemon: Daemon) -> None:
     first, second = _name(), _name()
-    jobs = [{"v": 4, "id": f"{first}-{i}", "shell": f"echo {i}"} for i in range(20)]
+    jobs = [{"v": 4, "id": f"{first}-{i}", "shell": f"echo {i}; exit {i % 4}"} for i in range(20)]
     ids = _submit(daemon, jobs, first)
-    _records(daemon, first, ids)
+    firsts = _records(daemon, first, ids)
     stored = {i: daemon.redis.get(f"sandpool:result:{i}") for i in ids}
     done_ms = {i: daemon.redis.hget(f"sandpool:job:{i}", "done_ms") for i in ids}
     # the client "crashed" and submits the same batch again, following a new stream
@@ -164,6 +164,8 @@ def test_a_resubmitted_batch_runs_nothing_twice_and_a_new_stream_hears_of_every_
     for i in ids:
         (rec,) = recs[i]
         assert rec[b"result"] == stored[i]  # the original result, not a new run
+        # read from the stored bytes here, given by the daemon when it stored them: the same
+        assert {k: rec[k] for k in (b"id", b"outcome", b"exit_code")} == firsts[i][0]
         assert daemon.redis.get(f"sandpool:result:{i}") == stored[i]
         assert daemon.redis.hget(f"sandpool:job:{i}", "done_ms") == done_ms[i]
         assert msgpack.unpackb(stored[i], raw=False)["attempt"] == 1

@@ -8,8 +8,9 @@
 
 import { randomBytes } from "node:crypto";
 
-import type { ChainableCommander } from "ioredis";
+import { Redis, type ChainableCommander } from "ioredis";
 
+import { decodeCompletion, encodeEntry, MapState, READ_COUNT, SUBMIT_CHUNK, type Completion, type MapProgress } from "./batch.js";
 import { Connections, isConnectionError, type ExtraRedisOptions } from "./connection.js";
 import { ClientClosedError, InvalidArgumentError, SandpoolError, WaitTimeoutError } from "./errors.js";
 import { Follower, ResultWaiter, type Pollable } from "./follower.js";
@@ -102,6 +103,24 @@ export interface RunOptions extends EventsOptions {
   onStdout?: OutputCallback | undefined;
   /** Called with each stderr chunk as it arrives. */
   onStderr?: OutputCallback | undefined;
+}
+
+export interface SubmitManyOptions {
+  /** A completion stream name: every job's end is recorded on it (PROTOCOL.md section 21). */
+  notify?: string | undefined;
+  /** The records carry the results (up to 64 KiB each). */
+  notifyResult?: boolean | undefined;
+}
+
+export interface MapOptions {
+  /** At most this many jobs submitted and not finished. Default 64. */
+  concurrency?: number | undefined;
+  /** Yield in input order (default: as they finish). */
+  ordered?: boolean | undefined;
+  /** Called after each result. */
+  onProgress?: ((p: MapProgress) => void) | undefined;
+  /** Aborting stops the map and cancels the jobs in flight. */
+  signal?: AbortSignal | undefined;
 }
 
 export interface ResultOptions {
@@ -283,27 +302,121 @@ export class Client {
    * Enqueue many jobs in one round trip (a pipeline of XADDs) and return their ids in order.
    * Every job is checked before anything is sent.
    */
-  async submitMany(jobs: Iterable<Job>): Promise<string[]> {
+  async submitMany(jobs: Iterable<Job>, options: SubmitManyOptions = {}): Promise<string[]> {
     this.checkOpen();
-    const encoded: [string, Buffer][] = [];
+    const notify = options.notify ?? null;
+    const encoded: [string, (string | Buffer)[]][] = [];
     let i = 0;
     for (const job of jobs) {
       try {
-        encoded.push(this.encode(job));
+        if (job === null || typeof job !== "object") {
+          throw new InvalidArgumentError(`a job must be an object, not ${job === null ? "null" : typeof job}`);
+        }
+        encoded.push(encodeEntry(job, job.id ?? this.newId(), notify, options.notifyResult ?? false));
       } catch (e) {
         if (e instanceof InvalidArgumentError) throw new InvalidArgumentError(`jobs[${i}]: ${e.message}`);
         throw e;
       }
       i++;
     }
-    if (encoded.length === 0) return [];
-    const queueKey = this.keys.queue(this.queue);
-    await this.conns.call(`XADD of ${encoded.length} jobs`, async (r) => {
-      const p = r.pipeline();
-      for (const [id, payload] of encoded) p.xadd(queueKey, "*", "id", id, "job", payload);
-      replies(await p.exec(), "XADD");
-    });
+    await this.xaddEntries(encoded);
     return encoded.map(([id]) => id);
+  }
+
+  private async xaddEntries(entries: [string, (string | Buffer)[]][]): Promise<void> {
+    const queueKey = this.keys.queue(this.queue);
+    for (let i = 0; i < entries.length; i += SUBMIT_CHUNK) {
+      const chunk = entries.slice(i, i + SUBMIT_CHUNK);
+      await this.conns.call(`XADD of ${chunk.length} jobs`, async (r) => {
+        const p = r.pipeline();
+        for (const [, fields] of chunk) p.xadd(queueKey, "*", ...fields);
+        replies(await p.exec(), "XADD");
+      });
+    }
+  }
+
+  /**
+   * The records of the completion stream `notify` (PROTOCOL.md section 21) from `after`
+   * (default "0"), forever: stop iterating (or abort) when you have what you need. Remember
+   * `streamId` to go on from there after a reconnect. Reads on a connection of its own.
+   */
+  async *completions(
+    notify: string,
+    options: { after?: string; blockMs?: number; signal?: AbortSignal } = {},
+  ): AsyncGenerator<{ streamId: string; completion: Completion }, void> {
+    this.checkOpen();
+    checkJobId(notify);
+    const key = `${this.keys.prefix}:notify:${notify}`;
+    let after = options.after ?? "0";
+    const reader = new Redis(this.conns.redisOptions("cmd"));
+    reader.on("error", () => undefined);
+    try {
+      while (!options.signal?.aborted) {
+        const reply = (await this.conns.retry(`XREAD of ${key}`, () =>
+          reader.xreadBuffer("COUNT", READ_COUNT, "BLOCK", options.blockMs ?? 1000, "STREAMS", key, after),
+        )) as [Buffer, [Buffer, Buffer[]][]][] | null;
+        for (const [, entries] of reply ?? []) {
+          for (const [entryId, flat] of entries) {
+            after = entryId.toString();
+            yield { streamId: after, completion: decodeCompletion(flat) };
+          }
+        }
+      }
+    } finally {
+      reader.disconnect(false);
+    }
+  }
+
+  /**
+   * Run many jobs and yield each {@link Result} as it finishes (`ordered`: in input order), with at
+   * most `concurrency` (default 64) submitted and not finished. A job's failure is its Result;
+   * only the client's own problems throw. Stopping early (`break`, `return()`, an exception, or
+   * `signal` aborting, which Ctrl-C handlers can do) cancels the jobs in flight. Follows one
+   * completion stream (PROTOCOL.md section 21), deleted at the end (records of jobs it cancelled
+   * that come later make it again; it then expires after the daemon's result TTL).
+   */
+  async *map(jobs: Iterable<Job>, options: MapOptions = {}): AsyncGenerator<Result, void> {
+    this.checkOpen();
+    const total = Array.isArray(jobs) ? jobs.length : null;
+    const state = new MapState(jobs, options.concurrency ?? 64, options.ordered ?? false, total, options.onProgress);
+    const key = `${this.keys.prefix}:notify:${state.name}`;
+    const reader = new Redis(this.conns.redisOptions("cmd"));
+    reader.on("error", () => undefined);
+    try {
+      while (!state.finished) {
+        if (options.signal?.aborted) throw options.signal.reason ?? new SandpoolError("map aborted");
+        let entries;
+        try {
+          entries = state.toSubmit();
+        } catch (e) {
+          if (e instanceof InvalidArgumentError) throw new InvalidArgumentError(`map: ${e.message}`);
+          throw e;
+        }
+        await this.xaddEntries(entries);
+        if (state.finished) break;
+        const reply = (await this.conns.retry(`XREAD of ${key}`, () =>
+          reader.xreadBuffer("COUNT", READ_COUNT, "BLOCK", 1000, "STREAMS", key, state.lastId),
+        )) as [Buffer, [Buffer, Buffer[]][]][] | null;
+        const fetch: string[] = [];
+        for (const [, records] of reply ?? []) {
+          for (const [entryId, flat] of records) {
+            const [ready, more] = state.onRecord(entryId.toString(), flat);
+            fetch.push(...more);
+            yield* ready;
+          }
+        }
+        for (const id of fetch) yield* state.onFetched(id, await this.result(id));
+      }
+    } finally {
+      reader.disconnect(false);
+      const outstanding = state.outstanding();
+      try {
+        if (outstanding.length > 0) await this.cancelMany(outstanding);
+        await this.conns.call(`DEL ${key}`, (r) => r.del(key));
+      } catch {
+        // Redis is away or the client closed: the stream expires on its own.
+      }
+    }
   }
 
   private encode(job: Job): [string, Buffer] {
@@ -681,15 +794,18 @@ export class Client {
   async cancel(id: string): Promise<void> {
     this.checkOpen();
     checkJobId(id);
-    const key = this.keys.job(id);
-    await this.conns.call(`cancel of ${id}`, async (r) => {
-      const res = await r
-        .multi()
-        .hset(key, "cancel", "1", "cancel_ms", String(Date.now()))
-        .expire(key, CANCEL_TTL_SECONDS)
-        .publish(this.keys.cancel, id)
-        .exec();
-      replies(res, "cancel");
+    await this.cancelMany([id]);
+  }
+
+  /** PROTOCOL.md section 7 for each job, in one MULTI block. */
+  private async cancelMany(ids: string[]): Promise<void> {
+    await this.conns.call(`cancel of ${ids.length} jobs`, async (r) => {
+      const m = r.multi();
+      for (const id of ids) {
+        const key = this.keys.job(id);
+        m.hset(key, "cancel", "1", "cancel_ms", String(Date.now())).expire(key, CANCEL_TTL_SECONDS).publish(this.keys.cancel, id);
+      }
+      replies(await m.exec(), "cancel");
     });
   }
 

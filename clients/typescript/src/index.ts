@@ -1,6 +1,7 @@
 /**
- * TypeScript client for sandpool, the self-hosted sandbox worker pool (wire protocol versions 1
- * and 2, docs/PROTOCOL.md): one-shot jobs and sessions. It talks only to Redis.
+ * TypeScript client for sandpool, the self-hosted sandbox worker pool (wire protocol versions 1,
+ * 2 and 4, docs/PROTOCOL.md): one-shot jobs, sessions, and batches followed on a completion
+ * stream (`map`, `submitMany` with `notify`, `completions`). It talks only to Redis.
  *
  *     import { Client } from "sandpool";
  *
@@ -13,7 +14,7 @@
  *     await s.writeFile("/work/a.txt", "hello\n");
  *     console.log((await s.exec({ shell: "cat a.txt" })).stdoutText);
  *
- * Layout: `protocol` (v1 codecs, no I/O), `session_protocol` (v2 codecs), `url` (Redis URLs),
+ * Layout: `protocol` (v1 codecs, no I/O), `batch` (map's state and completion records, no I/O), `session_protocol` (v2 codecs), `url` (Redis URLs),
  * `keys` (key names), `connection` (the client's command and subscriber connections,
  * reconnection and retries), `follower` (following one job's or operation's result), `client`
  * (the jobs API and the entry to sessions), `session` (the sessions API), `process` (background
@@ -30,9 +31,17 @@ export {
   type ClientOptions,
   type EventsOptions,
   type OutputCallback,
+  type MapOptions,
   type ResultOptions,
   type RunOptions,
+  type SubmitManyOptions,
 } from "./client.js";
+export {
+  decodeCompletion,
+  NOTIFY_PROTOCOL_VERSION,
+  type Completion,
+  type MapProgress,
+} from "./batch.js";
 export {
   ClientClosedError,
   ConflictError,

@@ -1,0 +1,325 @@
+"""Batch clients, measured: 100k `true` jobs submitted and collected by the Python AsyncClient
+(map, and submit_many + completions), the CLI (`sandpool map`), the naive one-at-a-time loop
+(sync Client.run), and BullMQ addBulk, on one private redis-server. Writes bench/RESULTS-batch.md.
+
+The client and Redis side is what is measured, so the daemon is replaced by a stand-in
+(`standin` below) that does to Redis exactly what sandpoold does per job: the real CLAIM and
+FINISH scripts of scheduler/scripts.cc (dumped by bench/batch.sh), pipelined, with a result map
+of the size a `true` job has, and no sandbox. Its own CPU is reported apart. A last, smaller run
+goes through the real daemon (with sandboxes) for the end-to-end rate on this machine.
+
+    bash bench/batch.sh        (builds, dumps the scripts, runs this, writes RESULTS-batch.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import msgpack
+import redis
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "clients" / "python"))
+
+from sandpool import AsyncClient, Client, Job  # noqa: E402
+
+PY = "/usr/bin/python3"
+
+
+def cpu_self() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+# --- the daemon stand-in ------------------------------------------------------------------------
+
+
+def standin(sock: str, scripts: Path, stop_after: int) -> None:
+    """Reads the queue like a daemon (XREADGROUP), runs CLAIM then FINISH per entry, pipelined by
+    batch; exits after `stop_after` jobs (0: never) or on SIGTERM. Prints its CPU at the end."""
+    r = redis.Redis(unix_socket_path=sock)
+    claim = r.script_load((scripts / "claim.lua").read_text())
+    finish = r.script_load((scripts / "finish.lua").read_text())
+    q, group, consumer = "sandpool:q:default", "workers", "standin"
+    try:
+        r.xgroup_create(q, group, id="0", mkstream=True)
+    except redis.ResponseError:
+        pass
+    done = 0
+    t0 = cpu_self()
+    try:
+        while stop_after == 0 or done < stop_after:
+            got = r.xreadgroup(group, consumer, {q: ">"}, count=2000, block=1000)
+            if not got:
+                continue
+            entries = got[0][1]
+            now = str(int(time.time() * 1000))
+            pipe = r.pipeline(transaction=False)
+            jobs = []
+            for eid, f in entries:
+                jid = f[b"id"].decode()
+                target = ""
+                if b"notify" in f:
+                    target = f[b"notify"].decode() + ("!" if f.get(b"notify_result") == b"1" else "")
+                jobs.append((eid, jid))
+                pipe.evalsha(claim, 2, f"sandpool:job:{jid}", f"sandpool:result:{jid}", eid, consumer, now,
+                             "86400", "1", "0", target, "sandpool", jid)
+            pipe.execute()
+            pipe = r.pipeline(transaction=False)
+            for eid, jid in jobs:
+                result = {"v": 1, "id": jid, "outcome": "exit", "exit_code": 0, "signal": None,
+                          "timed_out": False, "killed": False, "stdout": b"", "stderr": b"",
+                          "stdout_truncated": False, "stderr_truncated": False, "stdout_dropped_bytes": 0,
+                          "stderr_dropped_bytes": 0, "exec_time_us": 900, "cpu_time_us": 400,
+                          "peak_memory_bytes": 300000, "queue_wait_us": 0, "worker": consumer, "attempt": 1,
+                          "error": None}
+                res = msgpack.packb(result, use_bin_type=True)
+                ev = msgpack.packb({"v": 1, "type": "exited", "seq": 0, "result": result}, use_bin_type=True)
+                pipe.evalsha(finish, 4, f"sandpool:job:{jid}", f"sandpool:result:{jid}", q, f"sandpool:out:{jid}",
+                             eid, consumer, "1", res, "86400", ev, group, "sandpool", jid, "exit", "0", "")
+            pipe.execute()
+            done += len(entries)
+    except KeyboardInterrupt:
+        pass
+    print(json.dumps({"standin_jobs": done, "standin_cpu_s": cpu_self() - t0}), flush=True)
+
+
+# --- measurements -------------------------------------------------------------------------------
+
+
+def measure_async_map(url: str, n: int, concurrency: int) -> Dict[str, Any]:
+    async def main() -> Dict[str, Any]:
+        async with AsyncClient(url) as c:
+            t0, c0 = time.monotonic(), cpu_self()
+            count = 0
+            async for r in c.map((Job(shell="true") for _ in range(n)), concurrency=concurrency):
+                count += 1 if r.ok else 0
+            wall, cpu = time.monotonic() - t0, cpu_self() - c0
+        return {"name": f"Python AsyncClient.map (concurrency {concurrency})", "n": n, "ok": count,
+                "wall_s": wall, "client_cpu_s": cpu, "submitted_per_s": n / wall, "collected_per_s": n / wall}
+    return asyncio.run(main())
+
+
+def measure_async_batch(url: str, n: int) -> Dict[str, Any]:
+    """submit_many of all n (pipelined), then one completions loop until every record is in."""
+    async def main() -> Dict[str, Any]:
+        async with AsyncClient(url) as c:
+            name = f"bench-{os.getpid()}"
+            jobs = [Job(shell="true", id=f"{name}-{i}") for i in range(n)]
+            t0, c0 = time.monotonic(), cpu_self()
+            await c.submit_many(jobs, notify=name)
+            t_sub = time.monotonic() - t0
+            seen = set()
+            async for _sid, comp in c.completions(name):
+                seen.add(comp.id)
+                if len(seen) == n:
+                    break
+            wall, cpu = time.monotonic() - t0, cpu_self() - c0
+            await c.redis.delete(f"sandpool:notify:{name}")
+        return {"name": "Python AsyncClient.submit_many + completions", "n": n, "ok": len(seen), "wall_s": wall,
+                "client_cpu_s": cpu, "submitted_per_s": n / t_sub, "collected_per_s": n / wall}
+    return asyncio.run(main())
+
+
+def measure_cli_map(url: str, cli: str, n: int, concurrency: int, tmp: Path) -> Dict[str, Any]:
+    jobs = tmp / "jobs.jsonl"
+    jobs.write_text('{"shell":"true"}\n' * n)
+    out = tmp / "results.jsonl"
+    t0 = time.monotonic()
+    with open(out, "wb") as f:
+        p = subprocess.Popen([cli, "--redis", url, "map", "--concurrency", str(concurrency), str(jobs)],
+                             stdout=f, stderr=subprocess.PIPE)
+        _, status, ru = os.wait4(p.pid, 0)
+    wall = time.monotonic() - t0
+    lines = out.read_bytes().count(b"\n")
+    return {"name": f"CLI sandpool map (concurrency {concurrency})", "n": n, "ok": lines, "wall_s": wall,
+            "client_cpu_s": ru.ru_utime + ru.ru_stime, "submitted_per_s": n / wall, "collected_per_s": n / wall,
+            "exit": os.waitstatus_to_exitcode(status)}
+
+
+def measure_naive(url: str, n: int) -> Dict[str, Any]:
+    c = Client(url, poll_interval=1.0)
+    t0, c0 = time.monotonic(), cpu_self()
+    ok = sum(1 for _ in range(n) if c.run(shell="true").ok)
+    wall, cpu = time.monotonic() - t0, cpu_self() - c0
+    c.close()
+    return {"name": "naive loop: Client.run one at a time", "n": n, "ok": ok, "wall_s": wall, "client_cpu_s": cpu,
+            "submitted_per_s": n / wall, "collected_per_s": n / wall}
+
+
+def measure_bullmq(sock: str, n: int, peer: Path) -> Optional[Dict[str, Any]]:
+    script = peer / "bullmq_bulk.mjs"
+    if not (peer / "node_modules" / "bullmq").exists() or shutil.which("node") is None:
+        return {"name": "BullMQ addBulk", "not_measured": f"{peer}/node_modules has no bullmq"}
+    p = subprocess.run(["node", str(script), "--socket", sock, "--n", str(n)], capture_output=True, text=True,
+                       timeout=1800)
+    try:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"name": "BullMQ addBulk", "not_measured": f"peer failed: {p.stderr[-500:]}"}
+
+
+class Redis:
+    def __init__(self, tmp: Path) -> None:
+        self.sock = str(tmp / "redis.sock")
+        self.proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", self.sock, "--save", "",
+                                      "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if redis.Redis(unix_socket_path=self.sock).ping():
+                    break
+            except redis.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        self.r = redis.Redis(unix_socket_path=self.sock)
+
+    def cpu_s(self) -> float:
+        info = self.r.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def with_standin(rs: Redis, scripts: Path, n: int, fn) -> Dict[str, Any]:
+    rs.r.flushall()
+    p = subprocess.Popen([PY, __file__, "standin", "--socket", rs.sock, "--scripts", str(scripts), "--n", str(n)],
+                         stdout=subprocess.PIPE, text=True)
+    r0 = rs.cpu_s()
+    try:
+        out = fn()
+    finally:
+        sout, _ = p.communicate(timeout=600)
+    out["redis_cpu_s"] = rs.cpu_s() - r0
+    out.update(json.loads(sout.strip().splitlines()[-1]))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["all", "standin", "report"])
+    ap.add_argument("--rows", type=Path, help="report: a file of raw JSON rows (from a run's output)")
+    ap.add_argument("--load", default="? ? ?,? ? ?", help="report: the load averages before,after")
+    ap.add_argument("--socket")
+    ap.add_argument("--scripts", type=Path)
+    ap.add_argument("--n", type=int, default=100000)
+    ap.add_argument("--naive-n", type=int, default=3000)
+    ap.add_argument("--daemon-n", type=int, default=1000)
+    ap.add_argument("--bullmq-dir", type=Path, default=HERE / "out" / "bullmq-peer")
+    ap.add_argument("--cli", default=str(ROOT / "build" / "bin" / "sandpool"))
+    ap.add_argument("--daemon", default=str(ROOT / "build" / "bin" / "sandpoold"))
+    ap.add_argument("--out", type=Path, default=HERE / "RESULTS-batch.md")
+    ap.add_argument("--cmdline", default="bash bench/batch.sh")
+    a = ap.parse_args()
+    if a.mode == "standin":
+        standin(a.socket, a.scripts, a.n)
+        return
+    if a.mode == "report":
+        rows = [json.loads(x) for x in a.rows.read_text().splitlines() if x.startswith("{")]
+        before, after = a.load.split(",")
+        write_report(a, rows, before.split(), after.split())
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="sp-batch-"))
+    rs = Redis(tmp)
+    url = f"unix://{rs.sock}"
+    rows: List[Dict[str, Any]] = []
+    load0 = open("/proc/loadavg").read().split()[:3]
+    try:
+        rows.append(with_standin(rs, a.scripts, a.n, lambda: measure_async_batch(url, a.n)))
+        rows.append(with_standin(rs, a.scripts, a.n, lambda: measure_async_map(url, a.n, 5000)))
+        rows.append(with_standin(rs, a.scripts, a.n, lambda: measure_cli_map(url, a.cli, a.n, 5000, tmp)))
+        rows.append(with_standin(rs, a.scripts, a.naive_n, lambda: measure_naive(url, a.naive_n)))
+        rs.r.flushall()
+        r0 = rs.cpu_s()
+        b = measure_bullmq(rs.sock, a.n, a.bullmq_dir)
+        if b and "not_measured" not in b:
+            b["redis_cpu_s"] = rs.cpu_s() - r0
+        rows.append(b)
+        # End to end through the real daemon (sandboxes), smaller.
+        rs.r.flushall()
+        d = subprocess.Popen([a.daemon, "--redis", url, "--metrics-addr", "off", "--workers", "2",
+                              "--consumer", "bench-batch", "--log-level", "warn"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while not rs.r.exists("sandpool:daemon:bench-batch"):
+                assert time.monotonic() < deadline and d.poll() is None, "sandpoold did not start"
+                time.sleep(0.1)
+            r0 = rs.cpu_s()
+            row = measure_async_map(url, a.daemon_n, 256)
+            row["name"] += ", real sandpoold (2 workers, sandboxes)"
+            row["redis_cpu_s"] = rs.cpu_s() - r0
+            rows.append(row)
+        finally:
+            d.terminate()
+            d.wait(30)
+    finally:
+        rs.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    load1 = open("/proc/loadavg").read().split()[:3]
+    write_report(a, rows, load0, load1)
+
+
+def write_report(a, rows, load0, load1) -> None:
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    lines = [
+        "# Batch clients: submission and collection rates",
+        "",
+        f"Command: `{a.cmdline}` at {commit}{' (uncommitted changes)' if dirty else ''}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores shared with other users "
+        f"(load average {' '.join(load0)} before, {' '.join(load1)} after). One private redis-server (unix socket).",
+        "",
+        "**What is measured.** The client and Redis side. Except in the last row, the daemon is a stand-in "
+        "(bench/batch_bench.py `standin`, Python): it reads the queue with XREADGROUP and runs the real CLAIM and "
+        "FINISH scripts of scheduler/scripts.cc per job, pipelined, with a result map like a `true` job's, and "
+        "no sandbox. Its CPU is given apart. The last row goes through the real sandpoold (2 workers), so it "
+        "measures sandboxes, not the client. Submitted/s: jobs over the time their submission took (for map, "
+        "whose submission is bounded by its concurrency, the whole run). Collected/s: jobs over the whole run. "
+        "CPU per job: user + system time of the client process / jobs.",
+        "",
+        "Wall-clock rates depend on how much of the 2 shared cores the run got (the load average above); "
+        "CPU per job does much less, so the last two columns turn it into the rate one core would sustain: "
+        "the client's (1e6 / client µs per job) and Redis's (1e6 / Redis µs per job, Redis being single-threaded).",
+        "",
+        "| client | jobs | wall s | submitted/s | collected/s | client CPU µs/job | Redis CPU µs/job | "
+        "stand-in CPU µs/job | client jobs/s per core | Redis jobs/s per core |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r is None:
+            continue
+        if "not_measured" in r:
+            lines.append(f"| {r['name']} | not measured: {r['not_measured']} | | | | | | | | |")
+            continue
+        n = r["n"]
+        st = r.get("standin_cpu_s")
+        lines.append(
+            f"| {r['name']} | {r.get('ok', n)}/{n} | {r['wall_s']:.1f} | {r['submitted_per_s']:,.0f} | "
+            f"{r['collected_per_s']:,.0f} | {1e6 * r['client_cpu_s'] / n:.0f} | "
+            f"{1e6 * r.get('redis_cpu_s', 0) / n:.0f} | {'' if st is None else f'{1e6 * st / n:.0f}'} | "
+            f"{n / r['client_cpu_s']:,.0f} | {n / r['redis_cpu_s'] if r.get('redis_cpu_s') else 0:,.0f} |")
+    lines += ["", "Raw rows:", "", "```"] + [json.dumps(r) for r in rows if r] + ["```", ""]
+    a.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
