@@ -69,6 +69,7 @@ struct Options {
   int warmup = 50;           // warm-up jobs before each latency series / throughput run
   int tp_n = 3000;           // jobs per throughput run
   int pace_ms = 0;           // latency: idle time between sequential jobs (0: back to back)
+  std::string tp_variant = "isolated";  // throughput: the variant its lines carry (run.sh: isolated-1core)
   std::vector<int> inflight = {8, 64};
   std::vector<std::string> kinds = {"echo", "true", "py", "pyimport"};  // latency job kinds
   std::vector<std::string> tp_kinds = {"echo"};                         // throughput job kinds
@@ -100,7 +101,7 @@ std::vector<std::string> Split(std::string_view s, char sep) {
   std::fprintf(stderr,
                "usage: sandpool_bench --redis URL [--prefix P] [--queue Q]\n"
                "  [--modes latency,throughput,peers] [--n N] [--warmup W] [--tp-n M]\n"
-               "  [--inflight 8,64] [--kinds echo,true,py,pyimport] [--tp-kinds echo,py] [--pace-ms MS] [--peer-n N] [--peer-inflight K] [--peer-tp-n M]\n"
+               "  [--inflight 8,64] [--kinds echo,true,py,pyimport,node] [--tp-kinds echo,py,node] [--variant V] [--pace-ms MS] [--peer-n N] [--peer-inflight K] [--peer-tp-n M]\n"
                "  [--idle-timeout-ms MS] [--daemon-pid PID] [--redis-pid PID] [--template NAME]\n"
                "  [--bwrap PATH] [--python PATH]\n");
   std::exit(2);
@@ -131,6 +132,7 @@ Options ParseOptions(int argc, char** argv) {
     else if (a == "--modes") o.modes = Split(next(), ',');
     else if (a == "--n") o.n = ParseInt(next(), "--n");
     else if (a == "--warmup") o.warmup = ParseInt(next(), "--warmup");
+    else if (a == "--variant") o.tp_variant = next();
     else if (a == "--tp-n") o.tp_n = ParseInt(next(), "--tp-n");
     else if (a == "--pace-ms") o.pace_ms = ParseInt(next(), "--pace-ms");
     else if (a == "--kinds") o.kinds = Split(next(), ',');
@@ -352,6 +354,13 @@ int64_t SelfCpuUs() {
          ru.ru_stime.tv_usec;
 }
 
+int64_t ChildrenCpuUs() {
+  struct rusage ru;
+  getrusage(RUSAGE_CHILDREN, &ru);
+  return (int64_t{ru.ru_utime.tv_sec} + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec +
+         ru.ru_stime.tv_usec;
+}
+
 struct CpuSnap {
   int64_t daemon = 0, redis = 0, host = 0, steal = 0, self_us = 0;
 };
@@ -407,27 +416,30 @@ JobKind ArgvTrue() {
   return k;
 }
 
-// Code jobs: no template named, so the daemon routes them to its `python` template (a warm
-// python3 that already imported its common modules) when it has one (PROTOCOL.md section 3).
-JobKind PyPrint() {
+// Code jobs: no template named, so the daemon routes them to its template of that runtime
+// (`python`: a warm python3 that already imported its common modules; `node`) when it has one
+// (PROTOCOL.md section 3).
+JobKind CodeKind(const char* runtime, const char* code, const char* expect) {
   JobKind k;
-  k.name = "code python: print(1)";
-  k.spec.code = "print(1)";
-  k.spec.runtime = "python";
-  k.expect_stdout = "1\n";
+  k.name = std::string("code ") + runtime + ": " + code;
+  k.spec.code = code;
+  k.spec.runtime = runtime;
+  k.expect_stdout = expect;
   return k;
 }
 
+JobKind PyPrint() { return CodeKind("python", "print(1)", "1\n"); }
+JobKind NodeLog() { return CodeKind("node", "console.log(1)", "1\n"); }
+
 JobKind PyImport() {
-  JobKind k;
-  k.name = "code python: import json, re, math";
-  k.spec.code = "import json, re, math; print(json.dumps([re.sub('a', 'b', 'a'), math.floor(2.5)]))";
-  k.spec.runtime = "python";
-  k.expect_stdout = "[\"b\", 2]\n";
+  JobKind k = CodeKind("python", "import json, re, math; print(json.dumps([re.sub('a', 'b', 'a'), math.floor(2.5)]))",
+                       "[\"b\", 2]\n");
+  k.name = "code python: import json, re, math";  // the name the reports look for
   return k;
 }
 
 std::optional<JobKind> KindByName(std::string_view n) {
+  if (n == "node") return NodeLog();
   if (n == "echo") return ShellEcho();
   if (n == "true") return ArgvTrue();
   if (n == "py") return PyPrint();
@@ -481,6 +493,24 @@ class Client {
       return Status::Error("PSUBSCRIBE: unexpected reply");
     }
     return Status::Ok();
+  }
+
+  // INFO commandstats: command -> (calls, usec). Empty if Redis would not say.
+  std::map<std::string, std::pair<int64_t, int64_t>> CommandStats() {
+    std::map<std::string, std::pair<int64_t, int64_t>> out;
+    auto r = cmd_->Command({"INFO", "commandstats"});
+    if (!r.ok() || r.value()->type != REDIS_REPLY_STRING) return out;
+    std::istringstream in(std::string(r.value()->str, r.value()->len));
+    for (std::string line; std::getline(in, line);) {
+      // cmdstat_<name>:calls=N,usec=U,...
+      if (line.rfind("cmdstat_", 0) != 0) continue;
+      size_t colon = line.find(':');
+      size_t calls = line.find("calls=");
+      size_t usec = line.find(",usec=");
+      if (colon == std::string::npos || calls == std::string::npos || usec == std::string::npos) continue;
+      out[line.substr(8, colon - 8)] = {std::atoll(line.c_str() + calls + 6), std::atoll(line.c_str() + usec + 6)};
+    }
+    return out;
   }
 
   std::string NextId(std::string_view tag) {
@@ -706,10 +736,51 @@ void Latency(Client& c, const Options& o, const JobKind& kind) {
   Emit(b);
 }
 
+// What Redis did per job, from INFO commandstats before and after (the run is the only load on
+// this Redis): calls of every command, and the daemon's round trips per job. Commands a script
+// runs count in commandstats too, so the round trips are the calls only a client sends at top
+// level: the daemon's scripts (EVALSHA, EVAL), its reads (XREADGROUP, XAUTOCLAIM) and its
+// PUBLISHes outside a script; the latter are the PUBLISH calls beyond the three events (started,
+// output, exited) each job's FINISH publishes when it carries them (JobLedger): an estimate that
+// holds for the bench's one-line jobs. The client's own calls (XADD, the first PSUBSCRIBE,
+// INFO) are left out.
+void AddRedisCalls(Measurement& m, const std::map<std::string, std::pair<int64_t, int64_t>>& a,
+                   const std::map<std::string, std::pair<int64_t, int64_t>>& b, int jobs) {
+  if (a.empty() || b.empty()) return;
+  auto delta = [&](const std::string& cmd, bool usec) -> double {
+    auto ib = b.find(cmd);
+    if (ib == b.end()) return 0;
+    auto ia = a.find(cmd);
+    int64_t before = ia == a.end() ? 0 : (usec ? ia->second.second : ia->second.first);
+    return static_cast<double>((usec ? ib->second.second : ib->second.first) - before);
+  };
+  double nj = jobs, total_usec = 0;
+  for (const auto& [cmd, v] : b) total_usec += delta(cmd, true);
+  double scripts = delta("evalsha", false) + delta("eval", false);
+  double publishes = delta("publish", false);
+  double loose = std::max(0.0, publishes - 3 * nj);
+  double trips = scripts + delta("xreadgroup", false) + delta("xautoclaim", false) + loose;
+  m.extra.push_back({"redis_daemon_round_trips_per_job", trips / nj});
+  m.extra.push_back({"redis_script_calls_per_job", scripts / nj});
+  m.extra.push_back({"redis_xreadgroup_per_job", delta("xreadgroup", false) / nj});
+  m.extra.push_back({"redis_publish_per_job", publishes / nj});
+  m.extra.push_back({"redis_command_usec_per_job", total_usec / nj});
+  // The share of each command in Redis's command time (the top ones).
+  std::vector<std::pair<double, std::string>> shares;
+  for (const auto& [cmd, v] : b) {
+    double u = delta(cmd, true);
+    if (u > 0) shares.push_back({u, cmd});
+  }
+  std::sort(shares.rbegin(), shares.rend());
+  for (size_t i = 0; i < shares.size() && i < 6; ++i) {
+    m.extra.push_back({"redis_usec_share_" + shares[i].second, total_usec > 0 ? shares[i].first / total_usec : 0});
+  }
+}
+
 void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
   Measurement m;
   m.system = "sandpool";
-  m.variant = "isolated";
+  m.variant = o.tp_variant;
   m.mode = "throughput";
   m.command = kind.name;
   m.template_name = kind.spec.template_name;
@@ -717,6 +788,7 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
   // Warm-up at the same concurrency, then the timed run.
   for (int phase = 0; phase < 2; ++phase) {
     int total = phase == 0 ? std::min(o.warmup * 2, o.tp_n) : o.tp_n;
+    auto stats0 = phase == 1 ? c.CommandStats() : std::map<std::string, std::pair<int64_t, int64_t>>();
     CpuSnap cpu0 = TakeCpu(o);
     int64_t t0 = MonotonicUs();
     int submitted = 0, completed = 0;
@@ -763,6 +835,7 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
       m.n = completed;
       m.wall_s = (t1 - t0) / 1e6;
       if (!stopped) AddCpu(m, o, cpu0, cpu1, completed);
+      if (!stopped && completed > 0) AddRedisCalls(m, stats0, c.CommandStats(), completed);
     }
     if (stopped) {
       if (phase == 0) m.note = "(during warm-up) " + m.note;
@@ -850,6 +923,7 @@ void PeerPerRun(const Options& o, const std::string& system, const std::string& 
   t.errors = 0;
   std::map<pid_t, int64_t> running;
   CpuSnap cpu0 = TakeCpu(o);
+  int64_t children0 = ChildrenCpuUs();
   int64_t t0 = MonotonicUs();
   int started = 0, finished = 0;
   while (finished < o.peer_tp_n) {
@@ -881,6 +955,9 @@ void PeerPerRun(const Options& o, const std::string& system, const std::string& 
   t.extra.clear();
   double tick_ms = 1000.0 / static_cast<double>(Ticks());
   if (finished > 0) {
+    // The peer's own processes (reaped by us): its CPU per job, the figure to hold sandpool's
+    // daemon tree + Redis against.
+    t.extra.push_back({"cpu_ms_per_job_peer", (ChildrenCpuUs() - children0) / 1000.0 / finished});
     t.extra.push_back({"cpu_ms_per_job_host_total", (cpu1.host - cpu0.host) * tick_ms / finished});
   }
   Emit(t);
@@ -935,6 +1012,8 @@ int Main(int argc, char** argv) {
                {o.bwrap, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                 "/bin/true"});
     PeerPerRun(o, "posix_spawn", "none", {"/bin/true"});
+    PeerPerRun(o, "posix_spawn", "none", {"/bin/echo", "hi"});
+    if (access("/usr/bin/node", X_OK) == 0) PeerPerRun(o, "node", "none", {"/usr/bin/node", "-e", "console.log(1)"});
     PeerPerRun(o, "python3", "none", {o.python, "-c", "print(1)"});
     PeerPerRun(o, "python3", "none",
                {o.python, "-c", "import json, re, math; print(json.dumps([re.sub('a', 'b', 'a'), math.floor(2.5)]))"},

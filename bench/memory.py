@@ -3,7 +3,8 @@
 daemon idles with its pools full). Standard library only; needs root (smaps_rollup of other uids).
 
 Sandbox processes run as host uids uid_base .. uid_base + 2 * slots - 1 (2 per slot): the even uid
-is the sandbox's init (comm `sandpool-spawner`), the odd one the warm zygote it started:
+is the sandbox's init (comm `sandpool-spawner`; for python, also the slot's nursery mother, whose
+address space the sandbox's init shares and which is counted once), the odd one the warm zygote:
 `/bin/sh -c ...` (template default), `/usr/bin/python3 -c ...` (python), `/usr/bin/node -e ...`
 (node). Each init is the child of a host-side keeper (root, comm `sandpoold`), reported apart.
 
@@ -96,6 +97,25 @@ def main():
             slots[slot]["init"].append(pid)
         else:
             slots[slot]["zygote"].append(pid)
+
+    def maps_key(pid):
+        try:
+            with open(f"/proc/{pid}/maps", "rb") as f:
+                return hash(f.read())
+        except OSError:
+            return None
+
+    # A python sandbox's init shares its nursery mother's memory (CLONE_VM, worker/nursery.h): the
+    # same address space, whose figures /proc shows for each of them. Counted once per slot.
+    for slot, s in slots.items():
+        seen, keep = set(), []
+        for pid in sorted(s["init"]):
+            k = maps_key(pid)
+            if k is not None and k in seen:
+                continue
+            seen.add(k)
+            keep.append(pid)
+        s["init"] = keep
 
     per_tpl = defaultdict(list)  # template -> list of per-sandbox dicts
     keeper_pids = set()

@@ -92,7 +92,7 @@ def main():
         "py_p": ("isolated-paced", "code python: print"), "imp": ("isolated", "code python: import"),
         "imp_p": ("isolated-paced", "code python: import")}.items()}
     tp = {(k, f): sp(c, mode="throughput", inflight=f) for k, c in (("echo", "shell: echo"), ("py", "code python: print"))
-          for f in (8, 64)}
+          for f in (1, 2, 4, 8, 16, 64)}
     ECHO = "executeCommand('echo', ['hi'])"
     PYC = "executeCommand('/usr/bin/python3'"
     ms_none = find(rows, "mastra-localsandbox", "none", "latency", ECHO)
@@ -186,6 +186,95 @@ def main():
             w(f"| >= 800 isolated one-shot jobs/s, {label} | {each} jobs/s{bad} | {verdict(best[0] >= 800)} |")
         else:
             w(f"| >= 800 isolated one-shot jobs/s, {label} | – | not measured |")
+    w("")
+
+    # ---------------------------------------------------------------- issue 18: the floors
+    w("## Jobs per core against the machine's floor (issue 18)")
+    w("")
+    w("Every floor below was measured in this run, on this machine: a warm python3 that forks a child "
+      "per snippet (`bench/peers/warm_fork.py`: modules preloaded, collector off, heap frozen; no sandbox, "
+      "no queue), cold `/usr/bin/python3 -c` and `node -e`, bare `posix_spawn('/bin/echo')` + wait, and "
+      "Mastra's LocalSandbox with bwrap. CPU per job: sandpool's is the daemon's whole process tree "
+      "(spawner, keepers, every sandbox) plus redis-server, from /proc; a floor's is its own processes' "
+      "(rusage of the children it reaped). 1 core: the daemon's tree, Redis and the bench client pinned "
+      "with `taskset -c 0` for the run.")
+    w("")
+    wf = {f: find(rows, "python3-warm-fork", "none", "throughput", inflight=f) for f in (8, 64)}
+    spawn_echo = find(rows, "posix_spawn", mode="throughput", command_prefix="/bin/echo")
+    node_cold = find(rows, "node", mode="throughput")
+    node_cold_run = find(rows, "node", mode="per_run")
+    node_tp = sp("code node", mode="throughput", inflight=8)
+    one = {k: find(rows, "sandpool", "isolated-1core", "throughput", c, 8)
+           for k, c in (("echo", "shell: echo"), ("py", "code python: print"))}
+
+    def cpu_sp(r):
+        tree, redis = val(r, "cpu_ms_per_job_daemon_tree"), val(r, "cpu_ms_per_job_redis")
+        return None if tree is None else tree + (redis or 0)
+
+    rows18 = []
+
+    def row(label, mine, floor, target, higher=True, unit="jobs/s"):
+        x = r_(mine, floor)
+        ok = None if x is None else (x >= target if higher else x <= target)
+        rows18.append(f"| {label} | {fmt(mine)} | {fmt(floor)} {unit} | {fmt(x)}x | {'>=' if higher else '<='} {target}x | {verdict(ok)} |")
+
+    for f in (8, 64):
+        row(f"Python `print(1)` jobs/s x{f} vs warm fork x{f}", val(tp.get(("py", f)), "per_s"), val(wf[f], "per_s"), 0.7)
+    row("Python `print(1)` jobs/s x8 vs cold `python3 -c` x8", val(tp.get(("py", 8)), "per_s"), val(py_cold_tp, "per_s"), 1.7)
+    row("`echo` jobs/s x8 vs `posix_spawn('/bin/echo')` + wait x8", val(tp.get(("echo", 8)), "per_s"), val(spawn_echo, "per_s"), 0.6)
+    row("`echo` jobs/s x8 vs Mastra LocalSandbox + bwrap x8", val(tp.get(("echo", 8)), "per_s"), val(ms_bwrap_tp, "per_s"), 5)
+    row("`node -e 'console.log(1)'` jobs/s x8 vs cold `node -e` x8", val(node_tp, "per_s"), val(node_cold, "per_s"), 4)
+    for k, label in (("echo", "`echo`"), ("py", "Python")):
+        row(f"{label} jobs/s x8 on 2 cores vs pinned to 1 core", val(tp.get((k, 8)), "per_s"), val(one[k], "per_s"), 1.8)
+    for label, r, peer in (("back to back", echo_b, ms_bwrap), ("paced", echo_p, ms_bwrap)):
+        row(f"`echo` p50 ({label}) vs LocalSandbox + bwrap p50", val(r, "p50_ms"), val(peer, "p50_ms"), 0.30, False, "ms")
+    for label, r in (("back to back", py_b), ("paced", py_p)):
+        row(f"Python `print(1)` p50 ({label}) vs cold `python3 -c` p50", val(r, "p50_ms"), val(py_cold, "p50_ms"), 0.25, False, "ms")
+    w("| figure | sandpool | floor | ratio | target | met? |")
+    w("|---|---|---|---|---|---|")
+    for line in rows18:
+        w(line)
+    rt = val(tp.get(("echo", 64)), "redis_daemon_round_trips_per_job")
+    w(f"| Redis round trips per job, `echo` x64 (daemon side, INFO commandstats) | {fmt(rt)} | | | <= 3 | "
+      f"{verdict(None if rt is None else rt <= 3)} |")
+    pym = mem.get("python")
+    pss = val(pym, "sandbox_pss_mib") if pym else None
+    w(f"| warm Python sandbox memory (PSS, MiB) | {fmt(pss)} | | | <= 6 | {verdict(None if pss is None else pss <= 6)} |")
+    w("")
+    w("CPU per job (ms), the same runs, 8 in flight:")
+    w("")
+    w("| kind | sandpool: daemon tree + Redis | of which Redis | floor | floor's CPU per job | ratio |")
+    w("|---|---|---|---|---|---|")
+    for label, r, floor_label, fr in (
+            ("`echo hi`", tp.get(("echo", 8)), "posix_spawn /bin/echo", spawn_echo),
+            ("python `print(1)`", tp.get(("py", 8)), "warm fork", wf[8]),
+            ("python `print(1)`", tp.get(("py", 8)), "cold python3 -c", py_cold_tp),
+            ("node `console.log(1)`", node_tp, "cold node -e", node_cold)):
+        mine, floor = cpu_sp(r), val(fr, "cpu_ms_per_job_peer")
+        w(f"| {label} | {fmt(mine)} | {fmt(val(r, 'cpu_ms_per_job_redis'), 3)} | {floor_label} | {fmt(floor)} | {fmt(r_(mine, floor))}x |")
+    w("")
+    w("Redis per job (INFO commandstats over each throughput run; round trips = the daemon's script calls, "
+      "XREADGROUPs and PUBLISHes outside a script):")
+    w("")
+    w("| run | round trips | script calls | XREADGROUP | PUBLISH (all) | Redis CPU ms | command time µs | top command shares |")
+    w("|---|---|---|---|---|---|---|---|")
+    for (k, f), r in sorted(tp.items()):
+        if val(r, "per_s") is None:
+            continue
+        shares = ", ".join(f"{key[len('redis_usec_share_'):]} {v * 100:.0f}%" for key, v in r.items()
+                           if key.startswith("redis_usec_share_"))
+        w(f"| {k} x{f} | {fmt(val(r, 'redis_daemon_round_trips_per_job'))} | {fmt(val(r, 'redis_script_calls_per_job'))} | "
+          f"{fmt(val(r, 'redis_xreadgroup_per_job'))} | {fmt(val(r, 'redis_publish_per_job'))} | "
+          f"{fmt(val(r, 'cpu_ms_per_job_redis'), 3)} | {fmt(val(r, 'redis_command_usec_per_job'), 1)} | {shares} |")
+    w("")
+    w("Throughput curve (jobs/s; latency per job under that load, p50 / p99 ms):")
+    w("")
+    w("| in flight | `echo` jobs/s | `echo` p50 / p99 | python jobs/s | python p50 / p99 |")
+    w("|---|---|---|---|---|")
+    for f in (1, 2, 4, 8, 16, 64):
+        e, p = tp.get(("echo", f)), tp.get(("py", f))
+        w(f"| {f} | {fmt(val(e, 'per_s'))} | {fmt(val(e, 'p50_ms'))} / {fmt(val(e, 'p99_ms'))} | "
+          f"{fmt(val(p, 'per_s'))} | {fmt(val(p, 'p50_ms'))} / {fmt(val(p, 'p99_ms'))} |")
     w("")
 
     # ---------------------------------------------------------------- network templates

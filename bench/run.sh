@@ -23,6 +23,7 @@ MAX_WORKERS=${BENCH_MAX_WORKERS:-64}
 PY_WORKERS=${BENCH_PY_WORKERS:-4}
 PY_MAX_WORKERS=${BENCH_PY_MAX_WORKERS:-16}
 NODE_WORKERS=${BENCH_NODE_WORKERS:-1}
+NODE_MAX_WORKERS=${BENCH_NODE_MAX_WORKERS:-8}
 UID_BASE=${BENCH_UID_BASE:-$(( 2000000 + ($$ % 1000) * 4000 ))}
 PACE_MS=100     # paced latency: idle time between sequential jobs, so that the pools refill
 PY=/usr/bin/python3
@@ -31,10 +32,10 @@ CMDLINE="bash bench/run.sh"; [[ $QUICK == 1 ]] && CMDLINE="BENCH_QUICK=1 $CMDLIN
 # N: sequential shell/argv jobs; PY_N: sequential python code jobs; PACED_N: paced jobs per kind;
 # TP_N / PY_TP_N: jobs per throughput run (echo / python); PROF_*: jobs in the profiled runs.
 if [[ $QUICK == 1 ]]; then
-  N=150; WARMUP=20; PY_N=30; PY_WARMUP=8; PACED_N=15; TP_N=600; PY_TP_N=50
+  N=150; WARMUP=20; PY_N=30; PY_WARMUP=8; PACED_N=15; TP_N=600; PY_TP_N=50; PY_FLOOR_N=100; NODE_TP_JOBS=40
   PEER_N=50; PEER_TP_N=120; NODE_N=60; NODE_WARMUP=10; NODE_TP_N=150; PROF_N=300; PROF_PY_N=30
 else
-  N=1000; WARMUP=100; PY_N=300; PY_WARMUP=30; PACED_N=150; TP_N=4000; PY_TP_N=300
+  N=1000; WARMUP=100; PY_N=300; PY_WARMUP=30; PACED_N=150; TP_N=1500; PY_TP_N=300; PY_FLOOR_N=600; NODE_TP_JOBS=200
   PEER_N=300; PEER_TP_N=600; NODE_N=500; NODE_WARMUP=50; NODE_TP_N=1000; PROF_N=1500; PROF_PY_N=150
 fi
 IDLE_MS=15000   # no event for this long while jobs are pending: the bench reports them as lost
@@ -119,7 +120,7 @@ for _ in $(seq 100); do [[ $("${RCLI[@]}" ping 2>/dev/null) == PONG ]] && break;
 [[ $("${RCLI[@]}" ping 2>/dev/null) == PONG ]] || die "redis-server did not come up (bench/out/redis.log)"
 
 METRICS_ADDR=127.0.0.1:$(( 20000 + $$ % 20000 ))
-POOL_FLAGS="--workers $WORKERS --max-workers $MAX_WORKERS --python-workers $PY_WORKERS --python-max-workers $PY_MAX_WORKERS --node-workers $NODE_WORKERS"
+POOL_FLAGS="--workers $WORKERS --max-workers $MAX_WORKERS --python-workers $PY_WORKERS --python-max-workers $PY_MAX_WORKERS --node-workers $NODE_WORKERS --node-max-workers $NODE_MAX_WORKERS"
 DAEMON_FLAGS="$POOL_FLAGS --uid-base $UID_BASE --metrics-addr $METRICS_ADDR --log-level warn"
 log "starting sandpoold $DAEMON_FLAGS --consumer $CONSUMER"
 # shellcheck disable=SC2086  # word splitting of the flag strings is intended
@@ -181,7 +182,8 @@ WEDGED=""   # set once sandpool_bench reports lost jobs (exit 3): the daemon sto
 # Runs the C++ bench; stdout (JSON) to results, stderr (table) to the terminal and bench.log.
 run_bench() {
   local rc=0
-  timeout 400 "$BENCH_BIN" --redis "$REDIS_URL" --daemon-pid "$DAEMON_PID" --redis-pid "$REDIS_PID" \
+  # shellcheck disable=SC2086  # BENCH_BIN may carry a taskset prefix
+  timeout 400 $BENCH_BIN --redis "$REDIS_URL" --daemon-pid "$DAEMON_PID" --redis-pid "$REDIS_PID" \
     --idle-timeout-ms "$IDLE_MS" "$@" >> "$RESULTS" 2> >(tee -a "$OUT/bench.log" >&2) || rc=$?
   if [[ $rc == 3 ]]; then
     WEDGED="jobs were lost during: sandpool_bench $*"
@@ -207,16 +209,46 @@ if [[ -z $WEDGED ]]; then
   run_bench --modes latency --kinds echo,py,pyimport --n "$PACED_N" --warmup 5 --pace-ms "$PACE_MS"
 fi
 
-# ---- 3. sandpool throughput, 8 and 64 in flight: echo, then python print(1) ---------------------
+# ---- 3. sandpool throughput: the curve 1..64 in flight for echo and python print(1), node x8 --
 if [[ -z $WEDGED ]]; then
-  log "sandpool: throughput echo x8, x64 (M=$TP_N)"
-  run_bench --modes throughput --tp-kinds echo --tp-n "$TP_N" --warmup "$WARMUP" --inflight 8,64
+  log "sandpool: throughput echo x1,2,4,8,16,64 (M=$TP_N each)"
+  run_bench --modes throughput --tp-kinds echo --tp-n "$TP_N" --warmup "$WARMUP" --inflight 1,2,4,8,16,64
 fi
 if [[ -z $WEDGED ]]; then
-  log "sandpool: throughput python print(1) x8, x64 (M=$PY_TP_N)"
-  run_bench --modes throughput --tp-kinds py --tp-n "$PY_TP_N" --warmup "$PY_WARMUP" --inflight 8,64
+  log "sandpool: throughput python print(1) x1,2,4,8,16,64 (M=$PY_TP_N each)"
+  run_bench --modes throughput --tp-kinds py --tp-n "$PY_TP_N" --warmup "$PY_WARMUP" --inflight 1,2,4,8,16,64
+fi
+if [[ -z $WEDGED && $NODE_WORKERS -gt 0 ]]; then
+  log "sandpool: throughput node console.log(1) x8 (M=$NODE_TP_JOBS)"
+  run_bench --modes throughput --tp-kinds node --tp-n "$NODE_TP_JOBS" --warmup 10 --inflight 8
 fi
 POOLS_AFTER_TP=$(pool_state | paste -sd';')
+
+# ---- 3b. the same on one core: the daemon's whole tree, Redis and the client pinned to CPU 0 ----
+# (every process of the tree now, and what they fork later inherits it), then unpinned.
+tree_pids() {  # root pid: it and every descendant
+  local root=$1
+  ps -e -o pid=,ppid= | awk -v r="$root" '{ p[$1] = $2 } END { for (x in p) { y = x; while (y != "" && y != 1 && y != 0) { if (y == r) { print x; break } y = p[y] } } }'
+}
+pin_all() {  # cpu list
+  local pid
+  for pid in $(tree_pids "$DAEMON_PID") "$REDIS_PID"; do taskset -a -p -c "$1" "$pid" > /dev/null 2>&1 || true; done
+}
+if [[ -z $WEDGED ]]; then
+  log "sandpool: throughput on one core (taskset -c 0): echo x8, python x8"
+  pin_all 0
+  BENCH_BIN_SAVED=$BENCH_BIN
+  BENCH_BIN="taskset -c 0 $BENCH_BIN_SAVED"
+  run_bench --modes throughput --tp-kinds echo --tp-n "$TP_N" --warmup "$WARMUP" --inflight 8 --variant isolated-1core
+  [[ -z $WEDGED ]] && run_bench --modes throughput --tp-kinds py --tp-n "$PY_TP_N" --warmup "$PY_WARMUP" --inflight 8 --variant isolated-1core
+  BENCH_BIN=$BENCH_BIN_SAVED
+  pin_all "0-$(( $(nproc) - 1 ))"
+fi
+
+# ---- 3c. the floor of a warm Python job: a warm python3 forking a child per snippet ------------
+log "floor: warm python3 forking a child per print(1), x8 and x64 (N=$PY_FLOOR_N)"
+"$PY" "$BENCH_DIR/peers/warm_fork.py" --n "$PY_FLOOR_N" --inflight 8,64 >> "$RESULTS" 2> >(tee -a "$OUT/bench.log" >&2) \
+  || not_measured python3-warm-fork none throughput "print(1)" "bench/peers/warm_fork.py failed (bench/out/bench.log)"
 
 # ---- 4. CPU profiles (perf, software clock, whole machine, call graphs) --------------------------
 # Two profiled runs: echo x8 throughput, and python print(1) x8 throughput.

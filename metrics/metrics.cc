@@ -1,4 +1,3 @@
-#include <map>
 #include "metrics/metrics.h"
 
 #include <prometheus/counter.h>
@@ -9,8 +8,10 @@
 
 #include <cmath>
 #include <exception>
+#include <map>
 #include <optional>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #ifndef SANDPOOL_VERSION
@@ -64,21 +65,28 @@ bool Metrics::Build() {
                    .Register(registry_)
                    .Add({});
 
-  auto& completed = BuildCounter()
-                        .Name("sandpool_jobs_completed_total")
-                        .Help("Jobs that ran (or were ended) with a result, by outcome")
-                        .Register(registry_);
-  for (size_t i = 0; i < kOutcomes.size(); ++i) {
-    completed_[i] = &completed.Add({{"outcome", std::string(kOutcomes[i])}});
-  }
+  completed_family_ = &BuildCounter()
+                           .Name("sandpool_jobs_completed_total")
+                           .Help("Jobs that ran (or were ended) with a result, by outcome and template")
+                           .Register(registry_);
+  recovered_family_ = &BuildCounter()
+                           .Name("sandpool_jobs_recovered_total")
+                           .Help("Jobs of a dead daemon run again (retried) or ended as worker_lost (lost), by "
+                                 "template")
+                           .Register(registry_);
 
   auto& rejected = BuildCounter()
                        .Name("sandpool_jobs_rejected_total")
                        .Help("Jobs refused before running because the entry was invalid, by "
                              "error code")
                        .Register(registry_);
+  auto& dead = BuildCounter()
+                   .Name("sandpool_dead_letters_total")
+                   .Help("Rejected entries copied to the dead-letter stream, by error code")
+                   .Register(registry_);
   for (size_t i = 0; i < kRejectCodes.size(); ++i) {
     rejected_[i] = &rejected.Add({{"code", std::string(kRejectCodes[i])}});
+    dead_letters_[i] = &dead.Add({{"code", std::string(kRejectCodes[i])}});
   }
 
   queue_wait_ = &BuildHistogram()
@@ -86,16 +94,6 @@ bool Metrics::Build() {
                      .Help("Time from XADD (stream id) to the job being claimed")
                      .Register(registry_)
                      .Add({}, Buckets());
-  run_ = &BuildHistogram()
-              .Name("sandpool_job_run_seconds")
-              .Help("Wall time from RUN to the sandbox's exit")
-              .Register(registry_)
-              .Add({}, Buckets());
-  prepare_ = &BuildHistogram()
-                  .Name("sandpool_sandbox_prepare_seconds")
-                  .Help("Time for a keeper to prepare a fresh sandbox (off the job's path)")
-                  .Register(registry_)
-                  .Add({}, Buckets());
 
   auto& workers = BuildGauge()
                       .Name("sandpool_workers")
@@ -105,36 +103,64 @@ bool Metrics::Build() {
     workers_[i] = &workers.Add({{"state", std::string(kWorkerStates[i])}});
   }
 
-  pending_ = &BuildGauge()
-                  .Name("sandpool_queue_pending_entries")
-                  .Help("Entries delivered to the consumer group but not acknowledged (XINFO)")
-                  .Register(registry_)
-                  .Add({});
-  lag_ = &BuildGauge()
-              .Name("sandpool_queue_lag_entries")
-              .Help("Entries in the stream not yet delivered to the consumer group (XINFO)")
-              .Register(registry_)
-              .Add({});
-
   reconnects_ = &BuildCounter()
                      .Name("sandpool_redis_reconnects_total")
                      .Help("Redis connections re-established after a loss")
                      .Register(registry_)
                      .Add({});
-
-  auto& recovered = BuildCounter()
-                        .Name("sandpool_jobs_recovered_total")
-                        .Help("Pending jobs of a dead consumer taken over, by what was done")
-                        .Register(registry_);
-  for (size_t i = 0; i < kRecoveryActions.size(); ++i) {
-    recovered_[i] = &recovered.Add({{"action", std::string(kRecoveryActions[i])}});
-  }
-
   redis_up_ = &BuildGauge()
                    .Name("sandpool_redis_up")
                    .Help("1 while the Redis command connection is up")
                    .Register(registry_)
                    .Add({});
+  redis_rtt_ = &BuildHistogram()
+                    .Name("sandpool_redis_command_seconds")
+                    .Help("Round trip of one command on the daemon's command connection (its _count is "
+                          "the attempts counter of sandpool_redis_errors_total)")
+                    .Register(registry_)
+                    .Add({}, Buckets());
+  redis_errors_ = &BuildCounter()
+                       .Name("sandpool_redis_errors_total")
+                       .Help("Error replies from Redis (expected ones, such as BUSYGROUP, left out)")
+                       .Register(registry_)
+                       .Add({});
+  heartbeat_ok_ = &BuildGauge()
+                       .Name("sandpool_heartbeat_last_success_timestamp_seconds")
+                       .Help("Unix time at which Redis last stored this daemon's heartbeat record (0: never)")
+                       .Register(registry_)
+                       .Add({});
+  loop_lag_ = &BuildHistogram()
+                   .Name("sandpool_event_loop_lag_seconds")
+                   .Help("How late a periodic timer of the daemon's event loop fired")
+                   .Register(registry_)
+                   .Add({}, Buckets());
+
+  auto gauge = [this](const char* name, const char* help) { return &BuildGauge().Name(name).Help(help).Register(registry_); };
+  auto counter = [this](const char* name, const char* help) { return &BuildCounter().Name(name).Help(help).Register(registry_); };
+  auto histogram = [this](const char* name, const char* help) {
+    return &BuildHistogram().Name(name).Help(help).Register(registry_);
+  };
+  ready_family_ = gauge("sandpool_pool_ready_sandboxes", "Sandboxes prepared and waiting for a job, by template");
+  busy_family_ = gauge("sandpool_pool_busy_sandboxes", "Pool slots holding a job (running, or claimed), by template");
+  total_family_ = gauge("sandpool_pool_sandboxes", "Pool slots of a template (ready, busy or being prepared)");
+  max_family_ = gauge("sandpool_pool_max_sandboxes", "The most pool slots a template may have here (--max-workers)");
+  waiting_family_ = gauge("sandpool_jobs_waiting", "Jobs read by this daemon waiting for a sandbox of their template");
+  hits_family_ = counter("sandpool_pool_hits_total", "Jobs that found a ready sandbox of their template");
+  misses_family_ = counter("sandpool_pool_misses_total", "Jobs that had to wait for a sandbox of their template");
+  refill_family_ = counter("sandpool_pool_refill_failures_total",
+                           "Sandbox preparations that failed, by template and reason (prepare_failed: the keeper "
+                           "reported a failure; keeper_lost: the keeper died)");
+  pool_wait_family_ = histogram("sandpool_pool_wait_seconds",
+                                "Time a job waited for a ready sandbox of its template after it was read");
+  prepare_family_ = histogram("sandpool_sandbox_prepare_seconds",
+                              "Time for a keeper to prepare a fresh sandbox (the pool's refill, off the job's path)");
+  run_family_ = histogram("sandpool_job_run_seconds", "Wall time from RUN to the sandbox's exit, by template");
+  start_family_ = histogram("sandpool_job_schedule_to_start_seconds",
+                            "Time from the first XADD to the job's process starting, by template");
+  other_.name = std::string(kOtherTemplate);
+  for (size_t i = 0; i < kOutcomes.size(); ++i) {
+    other_.completed[i] = &completed_family_->Add({{"outcome", std::string(kOutcomes[i])}, {"template", other_.name}});
+  }
 
   sessions_ = &BuildGauge().Name("sandpool_sessions").Help("Sessions held by this daemon, by state").Register(registry_);
   session_ops_ = &BuildCounter()
@@ -184,11 +210,17 @@ void Metrics::JobReceived() {
   if (ok_) received_->Increment();
 }
 
-void Metrics::JobCompleted(std::string_view outcome) {
+void Metrics::JobCompleted(std::string_view template_name, std::string_view outcome) {
+  recent_.Completed(IndexOf(kOutcomes, outcome) ? outcome : "error", MonotonicUs());
   if (!ok_) return;
   static constexpr size_t kError = 11;
   static_assert(kOutcomes[kError] == "error");
-  completed_[IndexOf(kOutcomes, outcome).value_or(kError)]->Increment();
+  const Template* t = &other_;
+  for (const Template& c : templates_) {
+    if (c.name == template_name) t = &c;
+  }
+  prometheus::Counter* c = t->completed[IndexOf(kOutcomes, outcome).value_or(kError)];
+  if (c != nullptr) c->Increment();
 }
 
 void Metrics::JobRejected(std::string_view code) {
@@ -198,32 +230,69 @@ void Metrics::JobRejected(std::string_view code) {
   rejected_[IndexOf(kRejectCodes, code).value_or(kOther)]->Increment();
 }
 
+void Metrics::DeadLetter(std::string_view code) {
+  if (!ok_) return;
+  dead_letters_[IndexOf(kRejectCodes, code).value_or(kRejectCodes.size() - 1)]->Increment();
+}
+
 void Metrics::ObserveQueueWait(double seconds) { Observe(queue_wait_, seconds); }
-void Metrics::ObserveRunDuration(double seconds) { Observe(run_, seconds); }
-void Metrics::ObserveSandboxPrepare(double seconds) { Observe(prepare_, seconds); }
 
 void Metrics::SetWorkers(std::string_view state, double n) {
   if (!ok_) return;
   if (auto i = IndexOf(kWorkerStates, state)) workers_[*i]->Set(n);
 }
 
-void Metrics::SetQueueDepth(double pending, double lag) {
-  if (!ok_) return;
-  pending_->Set(pending);
-  lag_->Set(lag);
-}
-
 void Metrics::RedisReconnect() {
   if (ok_) reconnects_->Increment();
 }
 
-void Metrics::RecoveredJob(std::string_view action) {
-  if (!ok_) return;
-  if (auto i = IndexOf(kRecoveryActions, action)) recovered_[*i]->Increment();
-}
-
 void Metrics::SetRedisConnected(bool up) {
   if (ok_) redis_up_->Set(up ? 1 : 0);
+}
+
+void Metrics::ObserveRedisCommand(double seconds) { Observe(redis_rtt_, seconds); }
+
+void Metrics::RedisError() {
+  if (ok_) redis_errors_->Increment();
+}
+
+void Metrics::HeartbeatWritten(double unix_seconds) {
+  if (ok_) heartbeat_ok_->Set(unix_seconds);
+}
+
+void Metrics::ObserveLoopLag(double seconds) { Observe(loop_lag_, seconds); }
+
+void Metrics::AddQueue(std::string_view name) {
+  if (!ok_ || pending_ != nullptr) return;
+  try {
+    std::map<std::string, std::string> label = {{"queue", std::string(name)}};
+    pending_ = &prometheus::BuildGauge()
+                    .Name("sandpool_queue_pending_entries")
+                    .Help("Entries delivered to the consumer group but not acknowledged (XINFO), over the queue's "
+                          "streams")
+                    .Register(registry_)
+                    .Add(label);
+    lag_ = &prometheus::BuildGauge()
+                .Name("sandpool_queue_lag_entries")
+                .Help("Entries in the queue's streams not yet delivered to the consumer group (XINFO)")
+                .Register(registry_)
+                .Add(label);
+    oldest_ = &prometheus::BuildGauge()
+                   .Name("sandpool_queue_oldest_waiting_seconds")
+                   .Help("Age of the queue's oldest entry that no daemon has taken yet (0: none waits)")
+                   .Register(registry_)
+                   .Add(label);
+  } catch (const std::exception& e) {
+    LogError("metrics: cannot add queue series", {{"error", e.what()}});
+    pending_ = lag_ = oldest_ = nullptr;
+  }
+}
+
+void Metrics::SetQueue(double pending, double lag, double oldest_waiting_seconds) {
+  if (!ok_ || pending_ == nullptr || lag_ == nullptr || oldest_ == nullptr) return;
+  pending_->Set(pending);
+  lag_->Set(lag);
+  oldest_->Set(oldest_waiting_seconds);
 }
 
 std::string Metrics::Serialize() const {
@@ -236,64 +305,91 @@ std::string Metrics::Serialize() const {
   }
 }
 
-}  // namespace sandpool
-
-namespace sandpool {
-
-size_t Metrics::AddTemplate(std::string_view name) {
-  if (!ok_) return 0;
+size_t Metrics::AddTemplate(std::string_view name, double max_slots) {
+  templates_.emplace_back();
+  Template& t = templates_.back();
+  t.name = std::string(name);
+  if (!ok_) return templates_.size() - 1;
   try {
-    std::map<std::string, std::string> label = {{"template", std::string(name)}};
-    Pool p;
-    p.ready = &prometheus::BuildGauge()
-                   .Name("sandpool_pool_ready_sandboxes")
-                   .Help("Sandboxes prepared and waiting for a job, by template")
-                   .Register(registry_)
-                   .Add(label);
-    p.total = &prometheus::BuildGauge()
-                   .Name("sandpool_pool_sandboxes")
-                   .Help("Pool slots of a template (ready, busy or being prepared)")
-                   .Register(registry_)
-                   .Add(label);
-    p.hits = &prometheus::BuildCounter()
-                  .Name("sandpool_pool_hits_total")
-                  .Help("Jobs that found a ready sandbox of their template")
-                  .Register(registry_)
-                  .Add(label);
-    p.misses = &prometheus::BuildCounter()
-                    .Name("sandpool_pool_misses_total")
-                    .Help("Jobs that had to wait for a sandbox of their template")
-                    .Register(registry_)
-                    .Add(label);
-    p.wait = &prometheus::BuildHistogram()
-                  .Name("sandpool_pool_wait_seconds")
-                  .Help("Time a job waited for a ready sandbox of its template after it was read")
-                  .Register(registry_)
-                  .Add(label, Buckets());
-    pools_.push_back(p);
+    std::map<std::string, std::string> label = {{"template", t.name}};
+    for (size_t i = 0; i < kOutcomes.size(); ++i) {
+      t.completed[i] = &completed_family_->Add({{"outcome", std::string(kOutcomes[i])}, {"template", t.name}});
+    }
+    for (size_t i = 0; i < kRecoveryActions.size(); ++i) {
+      t.recovered[i] = &recovered_family_->Add({{"action", std::string(kRecoveryActions[i])}, {"template", t.name}});
+    }
+    for (size_t i = 0; i < kRefillFailures.size(); ++i) {
+      t.refill_failures[i] = &refill_family_->Add({{"reason", std::string(kRefillFailures[i])}, {"template", t.name}});
+    }
+    t.ready = &ready_family_->Add(label);
+    t.busy = &busy_family_->Add(label);
+    t.total = &total_family_->Add(label);
+    max_family_->Add(label).Set(max_slots);
+    t.waiting = &waiting_family_->Add(label);
+    t.hits = &hits_family_->Add(label);
+    t.misses = &misses_family_->Add(label);
+    t.wait = &pool_wait_family_->Add(label, Buckets());
+    t.prepare = &prepare_family_->Add(label, Buckets());
+    t.run = &run_family_->Add(label, Buckets());
+    t.schedule_to_start = &start_family_->Add(label, Buckets());
   } catch (const std::exception& e) {
     LogError("metrics: cannot add template series", {{"error", e.what()}});
-    pools_.push_back(Pool{});
+    std::string keep = t.name;
+    t = Template{};
+    t.name = keep;
   }
-  return pools_.size() - 1;
+  return templates_.size() - 1;
 }
 
-void Metrics::SetPool(size_t t, double ready, double total) {
-  if (t >= pools_.size() || pools_[t].ready == nullptr) return;
-  pools_[t].ready->Set(ready);
-  pools_[t].total->Set(total);
+const Metrics::Template* Metrics::Find(size_t t) const {
+  return ok_ && t < templates_.size() ? &templates_[t] : nullptr;
+}
+
+void Metrics::SetPool(size_t t, double ready, double busy, double total, double waiting) {
+  const Template* p = Find(t);
+  if (p == nullptr || p->ready == nullptr) return;
+  p->ready->Set(ready);
+  p->busy->Set(busy);
+  p->total->Set(total);
+  p->waiting->Set(waiting);
 }
 
 void Metrics::PoolHit(size_t t) {
-  if (t < pools_.size() && pools_[t].hits) pools_[t].hits->Increment();
+  if (const Template* p = Find(t); p && p->hits) p->hits->Increment();
 }
 
 void Metrics::PoolMiss(size_t t) {
-  if (t < pools_.size() && pools_[t].misses) pools_[t].misses->Increment();
+  if (const Template* p = Find(t); p && p->misses) p->misses->Increment();
 }
 
 void Metrics::ObservePoolWait(size_t t, double seconds) {
-  if (t < pools_.size() && pools_[t].wait) pools_[t].wait->Observe(seconds);
+  if (const Template* p = Find(t)) Observe(p->wait, seconds);
+}
+
+void Metrics::ObserveSandboxPrepare(size_t t, double seconds) {
+  if (const Template* p = Find(t)) Observe(p->prepare, seconds);
+}
+
+void Metrics::PoolRefillFailed(size_t t, std::string_view reason) {
+  const Template* p = Find(t);
+  auto i = IndexOf(kRefillFailures, reason);
+  if (p && i && p->refill_failures[*i]) p->refill_failures[*i]->Increment();
+}
+
+void Metrics::ObserveRunDuration(size_t t, double seconds) {
+  if (std::isfinite(seconds) && seconds >= 0) recent_.Ran(seconds, MonotonicUs());
+  if (const Template* p = Find(t)) Observe(p->run, seconds);
+}
+
+void Metrics::ObserveScheduleToStart(size_t t, double seconds) {
+  if (std::isfinite(seconds) && seconds >= 0) recent_.Started(seconds, MonotonicUs());
+  if (const Template* p = Find(t)) Observe(p->schedule_to_start, seconds);
+}
+
+void Metrics::RecoveredJob(size_t t, std::string_view action) {
+  const Template* p = Find(t);
+  auto i = IndexOf(kRecoveryActions, action);
+  if (p && i && p->recovered[*i]) p->recovered[*i]->Increment();
 }
 
 void Metrics::SetSessions(std::string_view state, double n) {

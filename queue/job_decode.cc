@@ -347,6 +347,22 @@ bool ValidJobId(std::string_view id) {
   return true;
 }
 
+std::variant<std::string, JobError> EntryNotifyTarget(std::string_view notify, std::string_view notify_result,
+                                                      bool has_notify, bool has_notify_result) {
+  if (has_notify_result && notify_result != "1" && notify_result != "0") {
+    return JobError{ErrorCode::kBadField, "notify_result: must be \"1\" or \"0\""};
+  }
+  if (!has_notify) {
+    if (has_notify_result) return JobError{ErrorCode::kBadField, "notify_result: needs a notify field"};
+    return std::string();
+  }
+  if (!ValidJobId(notify)) {
+    return JobError{ErrorCode::kBadField, "notify: not a valid stream name (1 to 128 bytes of [A-Za-z0-9._:-])"};
+  }
+  std::string target(notify);
+  if (notify_result == "1") target += '!';
+  return target;
+}
 
 void DefaultJobLimits(JobSpec& spec, const ServerLimits& lim, bool has_timeout, bool has_max_output) {
   if (!has_timeout) spec.timeout_ms = std::clamp<uint64_t>(lim.default_timeout_ms, 1, lim.max_timeout_ms);

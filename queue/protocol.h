@@ -15,9 +15,10 @@
 namespace sandpool {
 
 // The version of the maps this daemon writes for jobs (results, events); the job map is the same
-// in every version it reads (1 .. kMaxProtocolVersion; version 2 adds sessions, PROTOCOL.md).
+// in every version it reads (1 .. kMaxProtocolVersion; version 2 adds sessions, 3 egress
+// policies, 4 completion streams: PROTOCOL.md).
 inline constexpr uint32_t kProtocolVersion = 1;
-inline constexpr uint32_t kMaxProtocolVersion = 3;
+inline constexpr uint32_t kMaxProtocolVersion = 4;
 
 // PROTOCOL.md sections 8 (jobs) and 19 (sessions); kErrorCodes in protocol.cc names each.
 enum class ErrorCode {
@@ -113,6 +114,13 @@ struct JobSpec {
 
 // True for 1..128 bytes of [A-Za-z0-9._:-].
 bool ValidJobId(std::string_view id);
+
+// The completion stream a queue entry names (PROTOCOL.md section 21): its fields `notify` (a name
+// with the rules of a job id) and `notify_result` ("1": the record carries the result). Returns
+// the notify target the daemon's scripts take: "<name>", or "<name>!" with the result; "" when
+// the entry names none; bad_field for an invalid name or flag.
+std::variant<std::string, JobError> EntryNotifyTarget(std::string_view notify, std::string_view notify_result,
+                                                      bool has_notify, bool has_notify_result);
 // The runtimes a code job may name.
 bool ValidRuntime(std::string_view runtime);
 // Template names: 1..64 bytes of [A-Za-z0-9._-].

@@ -1,5 +1,6 @@
 #include "scheduler/daemon.h"
 
+#include "scheduler/heartbeat_fields.h"
 #include "scheduler/net_setup.h"
 #include "scheduler/sd_notify.h"
 
@@ -14,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "scheduler/scripts.h"
 
 namespace sandpool {
 namespace {
@@ -40,6 +42,8 @@ Daemon::~Daemon() {
 Status Daemon::Start() {
   started_ms_ = WallMs();
   waiting_.resize(config_.templates.size());
+  metrics_.AddQueue(config_.queue);
+  loop_lag_ = std::make_unique<LoopLagProbe>(base_, &metrics_);
   if (network_ && network_->dns) {
     SP_RETURN_IF_ERROR(network_->dns->Start(base_, network_->firewall.get(), &metrics_).Prefixed("network templates' resolver"));
   }
@@ -74,6 +78,11 @@ Status Daemon::Start() {
                           metrics_.SetRedisConnected(false);
                           metrics_.RedisReconnect();
                           stream_reader_->OnCommandDisconnected();
+                        },
+                        [this](double seconds, const redisReply* r) {
+                          metrics_.ObserveRedisCommand(seconds);
+                          // A group that exists already is the normal answer to creating it.
+                          if (r->type == REDIS_REPLY_ERROR && ReplyString(r).rfind("BUSYGROUP", 0) != 0) metrics_.RedisError();
                         }},
       keys_.ClientName(config_.consumer, "commands"));
   reader_ = std::make_unique<RedisAsync>(
@@ -82,7 +91,7 @@ Status Daemon::Start() {
       keys_.ClientName(config_.consumer, "reader"));
   sub_ = std::make_unique<RedisAsync>(base_, config_.redis, "subscriber", RedisAsync::Hooks{},
                                       keys_.ClientName(config_.consumer, "subscriber"));
-  ledger_ = std::make_unique<JobLedger>(cmd_.get(), keys_, config_, &metrics_);
+  ledger_ = std::make_unique<JobLedger>(base_, cmd_.get(), keys_, config_, &metrics_);
   StreamReader::Hooks reading;
   reading.intake_capacity = [this] { return IntakeCapacity(); };
   reading.template_capacity = [this](uint32_t t) { return TemplateCapacity(t); };
@@ -95,13 +104,16 @@ Status Daemon::Start() {
   hooks.on_ready = [this](Slot& s) { OnSlotReady(s); };
   hooks.on_started = [this](Slot& s) {
     const SlotJob* job = s.job();
+    if (job->enqueued_ms > 0) {
+      metrics_.ObserveScheduleToStart(pools_->MetricsIndex(s.template_index()),
+                                      static_cast<double>(WallMs() - job->enqueued_ms) / 1000.0);
+    }
     ledger_->Publish(job->spec.id, EncodeStartedEvent(s.NextSeq(), config_.consumer, job->attempt));
   };
   hooks.on_output = [this](Slot& s, std::string_view stream, std::string_view data) {
     ledger_->Publish(s.job()->spec.id, EncodeOutputEvent(s.NextSeq(), stream, data));
   };
   hooks.on_finished = [this](Slot& s, const SlotJob& job, JobResult&& r) { OnJobFinished(s, job, std::move(r)); };
-  hooks.on_prepared = [this](Slot&, double seconds) { metrics_.ObserveSandboxPrepare(seconds); };
   Status s = pools_->Start(std::move(spawner_.channel), hooks, [this](const Status& why) {
     // Without the spawner no sandbox can ever be made again: stop, so a supervisor restarts us.
     LogError("spawner lost; shutting down", {{"error", why.message()}});
@@ -116,10 +128,15 @@ Status Daemon::Start() {
   if (!s.ok()) return s.Prefixed("sessions");
 
   // Forwarded entries are announced here, so that a daemon with a free slot takes them at once.
-  sub_->Subscribe(keys_.prefix() + ":fwd", [this](redisReply*) { stream_reader_->Read(); });
+  sub_->Subscribe(keys_.prefix() + ":fwd", [this](redisReply* r) {
+    // ["message", channel, template name]
+    bool named = r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 3;
+    stream_reader_->OnForwarded(named ? ReplyString(r->element[2]) : std::string());
+  });
   sub_->Subscribe(keys_.Cancel(), [this](redisReply* r) {
     OnCancel(std::string(r->element[2]->str, r->element[2]->len));
   });
+  cmd_->PreloadScripts(AllScripts());
   cmd_->Connect();
   reader_->Connect();
   sub_->Connect();
@@ -181,7 +198,7 @@ void Daemon::Dispatch(StreamEntry e) {
     ledger_->Ack(e.stream, e.id);
     return;
   }
-  ledger_->Hold(e.stream, e.id);
+  ledger_->Hold(e.stream, e.id, NotifyTargetOf(e.fields));
   auto admitted = Admit(e, config_);
   if (auto* why = std::get_if<Rejection>(&admitted)) {
     Reject(e, *why);
@@ -247,6 +264,7 @@ void Daemon::Claim(Slot* slot, Admitted job, StreamEntry e) {
             run.attempt = attempt;
             int64_t wait_ms = WallMs() - shared->enqueued_ms;
             run.queue_wait_us = wait_ms > 0 ? static_cast<uint64_t>(wait_ms) * 1000 : 0;
+            run.enqueued_ms = shared->enqueued_ms;
             run.cpu_time_ms = run.spec.cpu_time_ms ? run.spec.cpu_time_ms : tc.cpu_time_ms;
             run.memory_bytes = run.spec.memory_bytes ? run.spec.memory_bytes : tc.cgroup.memory_bytes;
             run.pids = run.spec.pids ? run.spec.pids : tc.cgroup.pids;
@@ -264,13 +282,13 @@ void Daemon::Claim(Slot* slot, Admitted job, StreamEntry e) {
                 res.id = job_id;
                 res.attempt = attempt;
                 res.error = JobError{ErrorCode::kInternal, "the job's egress policy could not be applied: " + narrowed.message()};
-                ledger_->Finish(std::move(res), stream, entry, 0);
+                ledger_->Finish(std::move(res), stream, entry, 0, config_.templates[slot->template_index()].name);
                 return;
               }
               run.narrowed = true;
             }
             metrics_.ObserveQueueWait(static_cast<double>(run.queue_wait_us) / 1e6);
-            if (attempt > 1) metrics_.RecoveredJob("retried");
+            if (attempt > 1) metrics_.RecoveredJob(pools_->MetricsIndex(slot->template_index()), "retried");
             running_[job_id] = slot;
             slot->Start(std::move(run));
             // A cancel that came while the claim was on its way.
@@ -289,9 +307,9 @@ void Daemon::Claim(Slot* slot, Admitted job, StreamEntry e) {
             } else {
               res.outcome = Outcome::kWorkerLost;
               res.error = JobError{ErrorCode::kWorkerLost, "the daemon running this job died and no retry was left"};
-              metrics_.RecoveredJob("lost");
+              metrics_.RecoveredJob(pools_->MetricsIndex(slot->template_index()), "lost");
             }
-            ledger_->Finish(std::move(res), stream, entry, 0);
+            ledger_->Finish(std::move(res), stream, entry, 0, config_.templates[slot->template_index()].name);
             return;
           }
           case JobLedger::Verdict::kDrop:
@@ -329,8 +347,7 @@ void Daemon::OnJobFinished(Slot& s, const SlotJob& job, JobResult&& r) {
     ledger_->Drop(job.entry);
   } else {
     pools_->NoteRun(s.template_index(), static_cast<double>(r.exec_time_us) / 1e6);
-    metrics_.ObserveRunDuration(static_cast<double>(r.exec_time_us) / 1e6);
-    ledger_->Finish(std::move(r), job.stream, job.entry, s.NextSeq());
+    ledger_->Finish(std::move(r), job.stream, job.entry, s.NextSeq(), config_.templates[s.template_index()].name);
   }
   pools_->UpdateGauges();
   MaybeExit();
@@ -401,36 +418,8 @@ void Daemon::Heartbeat() {
   for (std::string& id : sessions_->RunningOps()) ids.push_back(std::move(id));
   ledger_->CheckCancels(ids, [this](const std::string& id) { OnCancel(id); });
   WriteHeartbeatRecord();
-  std::vector<std::string> streams = stream_reader_->Streams();
-  auto pending = std::make_shared<std::pair<double, double>>(0, 0);
-  auto left = std::make_shared<size_t>(streams.size());
-  for (const std::string& key : streams) {
-    bool sent = cmd_->Command({"XINFO", "GROUPS", key}, [this, pending, left](redisReply* r) {
-      if (r != nullptr && r->type == REDIS_REPLY_ARRAY) {
-        for (size_t i = 0; i < r->elements; ++i) {
-          redisReply* g = r->element[i];
-          bool ours = false;
-          double p = 0, lag = 0;
-          for (size_t j = 0; j + 1 < g->elements; j += 2) {
-            std::string k(g->element[j]->str, g->element[j]->len);
-            redisReply* v = g->element[j + 1];
-            if (k == "name") ours = std::string_view(v->str, v->len) == Keys::kGroup;
-            if (k == "pending" && v->type == REDIS_REPLY_INTEGER) p = static_cast<double>(v->integer);
-            if (k == "lag" && v->type == REDIS_REPLY_INTEGER) lag = static_cast<double>(v->integer);
-          }
-          if (ours) {
-            pending->first += p;
-            pending->second += lag;
-          }
-        }
-      }
-      if (--*left == 0) {
-        metrics_.SetQueueDepth(pending->first, pending->second);
-        queue_depth_ = *pending;
-      }
-    });
-    if (!sent) --*left;
-  }
+  RefreshQueueFigures(cmd_.get(), stream_reader_->Streams(), &metrics_,
+                      [this](const QueueFigures& f) { queue_figures_ = f; });
   std::vector<size_t> waiting;
   for (const auto& w : waiting_) waiting.push_back(w.size());
   pools_->Resize(waiting);
@@ -462,8 +451,8 @@ void Daemon::NotifySystemd() {
     status = "draining: " + std::to_string(running_.size()) + " jobs running";
   } else {
     status = std::to_string(pools_->ReadyCount()) + " of " + std::to_string(pools_->SlotCount()) + " slots ready, " +
-             std::to_string(pools_->BusyCount()) + " busy; queue lag " + std::to_string(static_cast<uint64_t>(queue_depth_.second)) +
-             ", pending " + std::to_string(static_cast<uint64_t>(queue_depth_.first)) + "; " + (redis ? "redis ok" : why);
+             std::to_string(pools_->BusyCount()) + " busy; queue lag " + std::to_string(static_cast<uint64_t>(queue_figures_.lag)) +
+             ", pending " + std::to_string(static_cast<uint64_t>(queue_figures_.pending)) + "; " + (redis ? "redis ok" : why);
     if (!notified_ready_) status = "warming up: " + status;
   }
   if (status != notified_status_) {
@@ -481,7 +470,7 @@ void Daemon::NotifySystemd() {
 void Daemon::WriteHeartbeatRecord() {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_map(10);
+  pk.pack_map(13);
   pk.pack("v"), pk.pack(1);
   pk.pack("consumer"), pk.pack(config_.consumer);
   pk.pack("pid"), pk.pack(static_cast<int64_t>(::getpid()));
@@ -491,6 +480,13 @@ void Daemon::WriteHeartbeatRecord() {
   pk.pack("busy"), pk.pack(static_cast<uint64_t>(pools_->BusyCount()));
   pk.pack("draining"), pk.pack(draining_);
   pk.pack("started_ms"), pk.pack(started_ms_);
+  // What `sandpool top` shows (PROTOCOL.md section 10): pools, the queue, the last minute.
+  pk.pack("pools"), PackPools(pk, config_, *pools_);
+  pk.pack("queue_figures"), pk.pack_map(3);
+  pk.pack("pending"), pk.pack(static_cast<uint64_t>(queue_figures_.pending));
+  pk.pack("lag"), pk.pack(static_cast<uint64_t>(queue_figures_.lag));
+  pk.pack("oldest_ms"), pk.pack(queue_figures_.oldest_ms);
+  pk.pack("recent"), PackRecent(pk, metrics_.recent().Last(MonotonicUs()));
   // Network templates' policies (PROTOCOL.md section 10): what jobs and sessions may narrow.
   size_t networked = 0;
   for (const TemplateConfig& t : config_.templates) networked += t.network;
@@ -505,6 +501,7 @@ void Daemon::WriteHeartbeatRecord() {
   cmd_->Command({"SET", keys_.Daemon(config_.consumer), std::string(buf.data(), buf.size()), "PX",
                  std::to_string(3 * config_.heartbeat_ms)},
                 [this](redisReply* r) {
+                  if (r != nullptr && r->type == REDIS_REPLY_STATUS) metrics_.HeartbeatWritten(static_cast<double>(WallMs()) / 1000.0);
                   // Redis answered, and peers and clients can see this daemon: one half of ready.
                   if (r != nullptr && r->type == REDIS_REPLY_STATUS && !record_stored_) {
                     record_stored_ = true;

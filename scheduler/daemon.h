@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "metrics/loop_lag.h"
 #include "metrics/metrics.h"
 #include "metrics/metrics_server.h"
 #include "queue/keys.h"
@@ -34,6 +35,7 @@
 #include "scheduler/intake.h"
 #include "scheduler/job_ledger.h"
 #include "scheduler/pools.h"
+#include "scheduler/queue_figures.h"
 #include "scheduler/redis_async.h"
 #include "scheduler/sessions.h"
 #include "scheduler/stream_reader.h"
@@ -107,9 +109,9 @@ class Daemon {
   bool notified_ready_ = false;
   bool record_stored_ = false;  // Redis has stored this daemon's record at least once
   std::string notified_status_;
-  std::pair<double, double> queue_depth_{0, 0};  // pending, lag: the last heartbeat's XINFO GROUPS
   int64_t drain_deadline_us_ = 0;                // when the grace period ends (monotonic)
   std::unique_ptr<MetricsServer> http_;
+  std::unique_ptr<LoopLagProbe> loop_lag_;
   std::unique_ptr<RedisAsync> cmd_, reader_, sub_;
   std::unique_ptr<Pools> pools_;
   std::unique_ptr<JobLedger> ledger_;
@@ -119,6 +121,7 @@ class Daemon {
   bool draining_ = false;
   int exit_code_ = 0;
   int64_t started_ms_ = 0;
+  QueueFigures queue_figures_;  // the last ones read (heartbeat record)
 
   std::vector<std::deque<StreamEntry>> waiting_;  // per template: entries waiting for a slot here
   std::map<std::string, Slot*> running_;          // job id -> slot

@@ -8,6 +8,21 @@ namespace sandpool {
 
 int64_t EntryMs(const std::string& entry_id) { return std::strtoll(entry_id.c_str(), nullptr, 10); }
 
+namespace {
+
+std::variant<std::string, JobError> EntryTarget(const std::map<std::string, std::string>& fields) {
+  auto n = fields.find("notify"), r = fields.find("notify_result");
+  return EntryNotifyTarget(n != fields.end() ? n->second : "", r != fields.end() ? r->second : "", n != fields.end(),
+                           r != fields.end());
+}
+
+}  // namespace
+
+std::string NotifyTargetOf(const std::map<std::string, std::string>& fields) {
+  auto t = EntryTarget(fields);
+  return std::holds_alternative<std::string>(t) ? std::get<std::string>(t) : std::string();
+}
+
 int TemplateFor(const JobSpec& spec, const DaemonConfig& config) {
   if (!spec.template_name.empty()) return FindTemplate(config, spec.template_name);
   if (spec.code) {
@@ -49,6 +64,13 @@ std::variant<Admitted, Rejection> Admit(const StreamEntry& e, const DaemonConfig
   if (a.spec.id != job_id) {
     return Rejection{job_id, ErrorCode::kBadField,
                      "the payload's id '" + a.spec.id + "' differs from the entry's id field", false};
+  }
+  auto target = EntryTarget(e.fields);
+  if (auto* err = std::get_if<JobError>(&target)) return Rejection{job_id, err->code, err->message, false};
+  if (!std::get<std::string>(target).empty() && a.spec.version < 4) {
+    // An older daemon would ignore the field and the client would wait for a record forever: the
+    // protocol has clients send v 4, which such a daemon rejects (bad_version).
+    return Rejection{job_id, ErrorCode::kBadField, "notify: needs a job map of v 4 (PROTOCOL.md section 21)", false};
   }
   int tmpl = TemplateFor(a.spec, config);
   auto enq = e.fields.find("enqueued_ms");

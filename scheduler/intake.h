@@ -45,6 +45,10 @@ struct Rejection {
 
 std::variant<Admitted, Rejection> Admit(const StreamEntry& e, const DaemonConfig& config);
 
+// The notify target of an entry (queue/protocol.h EntryNotifyTarget), "" when it names none or
+// an invalid one (Admit rejects those).
+std::string NotifyTargetOf(const std::map<std::string, std::string>& fields);
+
 // The template a valid job runs in (PROTOCOL.md section 3), or -1 for an unknown name.
 int TemplateFor(const JobSpec& spec, const DaemonConfig& config);
 

@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "scheduler/intake.h"
 #include "scheduler/scripts.h"
 
 namespace sandpool {
@@ -16,17 +17,23 @@ constexpr size_t kDeadLetters = 1000;
 
 }  // namespace
 
-JobLedger::JobLedger(RedisAsync* cmd, const Keys& keys, const DaemonConfig& config, Metrics* metrics)
-    : cmd_(cmd), keys_(keys), config_(config), metrics_(metrics) {}
+JobLedger::JobLedger(struct event_base* base, RedisAsync* cmd, const Keys& keys, const DaemonConfig& config,
+                     Metrics* metrics)
+    : cmd_(cmd), hold_timer_(evtimer_new(base, &JobLedger::OnHoldTimer, this)), keys_(keys), config_(config),
+      metrics_(metrics) {}
+
+JobLedger::~JobLedger() { event_free(hold_timer_); }
 
 bool JobLedger::Claim(const std::string& job_id, const std::string& stream, const std::string& entry,
                       uint32_t max_attempts, std::function<void(Verdict, uint32_t)> done) {
   (void)stream;
   bool retry_own = unsure_claims_.erase(entry) > 0;
-  return cmd_->Command(
-      {"EVAL", kClaimScript, "2", keys_.Job(job_id), keys_.Result(job_id), entry, config_.consumer,
+  auto held = held_.find(entry);
+  std::string notify = held != held_.end() ? held->second.notify : "";
+  return cmd_->Eval(kClaimScript,
+      {"2", keys_.Job(job_id), keys_.Result(job_id), entry, config_.consumer,
        std::to_string(WallMs()), std::to_string(config_.result_ttl_s), std::to_string(max_attempts),
-       retry_own ? "1" : "0"},
+       retry_own ? "1" : "0", notify, keys_.prefix(), job_id},
       [this, done = std::move(done), entry, job_id](redisReply* r) {
         if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
           if (r != nullptr) LogWarn("claim failed", {{"job", job_id}, {"error", ReplyString(r)}});
@@ -43,10 +50,11 @@ bool JobLedger::Claim(const std::string& job_id, const std::string& stream, cons
       });
 }
 
-void JobLedger::Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq) {
+void JobLedger::Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq,
+                       std::string_view template_name) {
   result.worker = config_.consumer;
   LogDebug("job finished", {{"job", result.id}, {"outcome", std::string(OutcomeName(result.outcome))}});
-  metrics_->JobCompleted(OutcomeName(result.outcome));
+  metrics_->JobCompleted(template_name, OutcomeName(result.outcome));
   PendingFinish f;
   f.job_id = result.id;
   f.stream = stream;
@@ -54,20 +62,28 @@ void JobLedger::Finish(JobResult result, const std::string& stream, const std::s
   f.attempt = std::to_string(result.attempt);
   f.event = EncodeExitedEvent(seq, result);
   f.result = EncodeResult(result);
+  if (auto held = held_events_.find(result.id); held != held_events_.end()) {
+    f.live = std::move(held->second);
+    held_events_.erase(held);
+  }
   SendFinish(std::move(f));
 }
 
 void JobLedger::FinishEncoded(const std::string& id, uint32_t attempt, std::string result, std::string event,
                               const std::string& stream, const std::string& entry) {
-  SendFinish(PendingFinish{id, stream, entry, std::to_string(attempt), std::move(result), std::move(event)});
+  SendFinish(PendingFinish{id, stream, entry, std::to_string(attempt), std::move(result), std::move(event), {}});
 }
 
 void JobLedger::SendFinish(PendingFinish f) {
-  std::vector<std::string> args = {"EVAL", kFinishScript, "4", keys_.Job(f.job_id), keys_.Result(f.job_id), f.stream,
+  std::vector<std::string> args = {"4", keys_.Job(f.job_id), keys_.Result(f.job_id), f.stream,
                                    keys_.Out(f.job_id), f.entry, config_.consumer, f.attempt, f.result,
-                                   std::to_string(config_.result_ttl_s), f.event, std::string(Keys::kGroup)};
+                                   std::to_string(config_.result_ttl_s), f.event, std::string(Keys::kGroup),
+                                   keys_.prefix(), f.job_id, std::to_string(f.live.size())};
+  args.insert(args.end(), f.live.begin(), f.live.end());
+  // Sent again after a lost connection: live events are at most once, so they do not wait.
+  f.live.clear();
   auto shared = std::make_shared<PendingFinish>(std::move(f));
-  bool sent = cmd_->Command(args, [this, shared](redisReply* r) {
+  bool sent = cmd_->Eval(kFinishScript, std::move(args), [this, shared](redisReply* r) {
     if (r == nullptr) {
       // Lost with the connection: unknown whether it ran; running it again is harmless
       // (the script is idempotent for the same consumer and attempt).
@@ -98,8 +114,9 @@ void JobLedger::Reject(const std::string& job_id, const std::string& stream, con
                        bool dead_letter) {
   LogInfo("job rejected", {{"job", job_id}, {"code", std::string(ErrorCodeName(code))}, {"error", message}});
   metrics_->JobRejected(ErrorCodeName(code));
-  metrics_->JobCompleted(OutcomeName(Outcome::kError));
+  metrics_->JobCompleted(Metrics::kOtherTemplate, OutcomeName(Outcome::kError));
   if (dead_letter) {
+    metrics_->DeadLetter(ErrorCodeName(code));
     auto job = fields.find("job");
     std::string raw = job == fields.end() ? std::string() : job->second.substr(0, kDeadRaw);
     size_t raw_bytes = job == fields.end() ? 0 : job->second.size();
@@ -114,14 +131,15 @@ void JobLedger::Reject(const std::string& job_id, const std::string& stream, con
   r.attempt = 0;  // it never ran
   r.worker = config_.consumer;
   r.error = JobError{code, std::move(message)};
-  Answer(job_id, stream, entry, EncodeResult(r), EncodeExitedEvent(0, r));
+  Answer(job_id, stream, entry, EncodeResult(r), EncodeExitedEvent(0, r), NotifyTargetOf(fields));
 }
 
 void JobLedger::Answer(const std::string& id, const std::string& stream, const std::string& entry,
-                       const std::string& result, const std::string& event) {
+                       const std::string& result, const std::string& event, const std::string& notify) {
   // One that cannot be stored now is found again by the own-pending scan.
-  bool sent = cmd_->Command({"EVAL", kRejectScript, "3", keys_.Result(id), stream, keys_.Out(id), entry, result,
-                             std::to_string(config_.result_ttl_s), event, std::string(Keys::kGroup)},
+  bool sent = cmd_->Eval(kRejectScript, {"3", keys_.Result(id), stream, keys_.Out(id), entry, result,
+                             std::to_string(config_.result_ttl_s), event, std::string(Keys::kGroup),
+                             keys_.prefix(), notify, id},
                             [this, entry](redisReply* reply) {
                               if (reply != nullptr && reply->type != REDIS_REPLY_ERROR) held_.erase(entry);
                             });
@@ -137,11 +155,29 @@ void JobLedger::Ack(const std::string& stream, const std::string& entry) {
 void JobLedger::Forward(const std::string& job_id, const std::string& stream, const std::string& entry,
                         const std::string& to) {
   held_.erase(entry);
-  cmd_->Command({"EVAL", kForwardScript, "3", stream, to, keys_.Job(job_id), entry, std::string(Keys::kGroup)},
+  cmd_->Eval(kForwardScript, {"3", stream, to, keys_.Job(job_id), entry, std::string(Keys::kGroup)},
                 [](redisReply*) {});
 }
 
 void JobLedger::Publish(const std::string& job_id, std::string event) {
+  held_events_[job_id].push_back(std::move(event));
+  if (!evtimer_pending(hold_timer_, nullptr)) {
+    struct timeval tv = {0, kEventHoldMs * 1000};
+    evtimer_add(hold_timer_, &tv);
+  }
+}
+
+void JobLedger::OnHoldTimer(evutil_socket_t, short, void* arg) { static_cast<JobLedger*>(arg)->FlushHeld(); }
+
+void JobLedger::FlushHeld() {
+  std::map<std::string, std::vector<std::string>> held;
+  held.swap(held_events_);
+  for (auto& [job_id, events] : held) {
+    for (std::string& e : events) PublishNow(job_id, std::move(e));
+  }
+}
+
+void JobLedger::PublishNow(const std::string& job_id, std::string event) {
   // At-most-once by design (PROTOCOL.md section 6): dropped while Redis is away.
   cmd_->Command({"PUBLISH", keys_.Out(job_id), std::move(event)}, [](redisReply*) {});
 }
@@ -153,21 +189,21 @@ void JobLedger::CancelQueued(const std::string& job_id) {
   r.attempt = 0;
   r.worker = config_.consumer;
   r.error = JobError{ErrorCode::kCancelled, "cancelled by a client before it started"};
-  cmd_->Command({"EVAL", kCancelQueuedScript, "3", keys_.Job(job_id), keys_.Result(job_id), keys_.Out(job_id),
+  cmd_->Eval(kCancelQueuedScript, {"3", keys_.Job(job_id), keys_.Result(job_id), keys_.Out(job_id),
                  EncodeResult(r), std::to_string(config_.result_ttl_s), EncodeExitedEvent(0, r), config_.consumer},
                 [this, job_id](redisReply* reply) {
                   if (ReplyString(reply) == "ok") {
                     LogInfo("queued job cancelled", {{"job", job_id}});
-                    metrics_->JobCompleted(OutcomeName(Outcome::kCancelled));
+                    metrics_->JobCompleted(Metrics::kOtherTemplate, OutcomeName(Outcome::kCancelled));
                   }
                 });
 }
 
 void JobLedger::CheckCancels(const std::vector<std::string>& job_ids, std::function<void(const std::string&)> cancelled) {
   if (job_ids.empty()) return;
-  std::vector<std::string> args = {"EVAL", kCancelFlagsScript, std::to_string(job_ids.size())};
+  std::vector<std::string> args = {std::to_string(job_ids.size())};
   for (const std::string& id : job_ids) args.push_back(keys_.Job(id));
-  cmd_->Command(args, [job_ids, cancelled = std::move(cancelled)](redisReply* r) {
+  cmd_->Eval(kCancelFlagsScript, std::move(args), [job_ids, cancelled = std::move(cancelled)](redisReply* r) {
     if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return;
     for (size_t i = 0; i < r->elements; ++i) {
       long long k = r->element[i]->integer;
@@ -179,16 +215,16 @@ void JobLedger::CheckCancels(const std::vector<std::string>& job_ids, std::funct
 void JobLedger::RefreshLeases(std::function<void(const std::string&)> lost) {
   if (held_.empty()) return;
   std::vector<std::string> keys, ids;
-  for (const auto& [entry, stream] : held_) {
-    keys.push_back(stream);
+  for (const auto& [entry, held] : held_) {
+    keys.push_back(held.stream);
     ids.push_back(entry);
   }
-  std::vector<std::string> args = {"EVAL", kRefreshScript, std::to_string(keys.size())};
+  std::vector<std::string> args = {std::to_string(keys.size())};
   args.insert(args.end(), keys.begin(), keys.end());
   args.push_back(config_.consumer);
   args.push_back(std::string(Keys::kGroup));
   args.insert(args.end(), ids.begin(), ids.end());
-  cmd_->Command(args, [this, lost = std::move(lost)](redisReply* r) {
+  cmd_->Eval(kRefreshScript, std::move(args), [this, lost = std::move(lost)](redisReply* r) {
     if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return;
     for (size_t i = 0; i < r->elements; ++i) {
       std::string entry = ReplyString(r->element[i]);

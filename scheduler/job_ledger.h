@@ -10,7 +10,11 @@
 //  - the leases of held entries are renewed every heartbeat, and only while they are still this
 //    daemon's: RefreshLeases names the ones another daemon took over.
 //
-// Ownership: the Daemon owns it; `cmd` outlives it. Loop thread only.
+// Round trips: a job costs Redis a CLAIM and a FINISH, and its live events ride with the FINISH
+// when it ends within kEventHoldMs of them (Publish), which short jobs do: per call, not per
+// byte, is what Redis spends its CPU on.
+//
+// Ownership: the Daemon owns it; `base` and `cmd` outlive it. Loop thread only.
 #pragma once
 
 #include <deque>
@@ -19,6 +23,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include <event2/event.h>
 
 #include "metrics/metrics.h"
 #include "queue/keys.h"
@@ -32,10 +38,20 @@ class JobLedger {
  public:
   enum class Verdict { kRun, kCancelled, kLost, kDrop, kUnknown };
 
-  JobLedger(RedisAsync* cmd, const Keys& keys, const DaemonConfig& config, Metrics* metrics);
+  JobLedger(struct event_base* base, RedisAsync* cmd, const Keys& keys, const DaemonConfig& config, Metrics* metrics);
+  ~JobLedger();
+  JobLedger(const JobLedger&) = delete;
+  JobLedger& operator=(const JobLedger&) = delete;
 
-  // Entries this daemon holds (read and not yet finished): their leases are renewed.
-  void Hold(const std::string& stream, const std::string& entry) { held_[entry] = stream; }
+  // How long a job's live events may wait for its FINISH to carry them (PROTOCOL.md section 6:
+  // live output may lag this much; a job that runs longer gets them published on their own).
+  static constexpr int kEventHoldMs = 2;
+
+  // Entries this daemon holds (read and not yet finished): their leases are renewed. `notify`:
+  // the entry's notify target (intake.h NotifyTargetOf), which its claim records.
+  void Hold(const std::string& stream, const std::string& entry, std::string notify = "") {
+    held_[entry] = Held{stream, std::move(notify)};
+  }
   void Drop(const std::string& entry) { held_.erase(entry); }
   bool Holds(const std::string& entry) const { return held_.count(entry) > 0; }
   size_t held() const { return held_.size(); }
@@ -46,15 +62,19 @@ class JobLedger {
   bool Claim(const std::string& job_id, const std::string& stream, const std::string& entry, uint32_t max_attempts,
              std::function<void(Verdict, uint32_t attempt)> done);
   // Stores `result` (FINISH), now or as soon as Redis can take it. seq: the exited event's.
-  void Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq);
+  // `template_name`: the job's template, for the outcome counter (Metrics folds names it does
+  // not know, snapshots among them).
+  void Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq,
+              std::string_view template_name);
   // The same for a result already encoded (a session operation's, PROTOCOL.md section 13), with
   // its exited event; `attempt` is the claim's.
   void FinishEncoded(const std::string& id, uint32_t attempt, std::string result, std::string event,
                      const std::string& stream, const std::string& entry);
   // Answers an entry that was never claimed (REJECT: stored unless the id has a result, published,
-  // acked and deleted), with a result already encoded.
+  // recorded to `notify` (a notify target, "" for none), acked and deleted), with a result
+  // already encoded.
   void Answer(const std::string& id, const std::string& stream, const std::string& entry, const std::string& result,
-              const std::string& event);
+              const std::string& event, const std::string& notify = "");
   // An entry that cannot run: its error result (REJECT), and the raw entry to the dead-letter
   // stream when `dead_letter`.
   void Reject(const std::string& job_id, const std::string& stream, const std::string& entry, ErrorCode code,
@@ -63,7 +83,9 @@ class JobLedger {
   void Ack(const std::string& stream, const std::string& entry);
   // Moves an entry to its template's forward queue (FORWARD); the lease goes with it.
   void Forward(const std::string& job_id, const std::string& stream, const std::string& entry, const std::string& to);
-  // At-most-once live event (PROTOCOL.md section 6).
+  // At-most-once live event of a job (PROTOCOL.md section 6): held back for at most
+  // kEventHoldMs, then published, or sent with the job's FINISH if that comes first. Events of
+  // one job keep their order.
   void Publish(const std::string& job_id, std::string event);
   // A cancel was heard for a job not running here: store its cancelled result if it is queued.
   void CancelQueued(const std::string& job_id);
@@ -78,14 +100,23 @@ class JobLedger {
  private:
   struct PendingFinish {
     std::string job_id, stream, entry, attempt, result, event;
+    std::vector<std::string> live;  // live events held back for this FINISH to publish first
   };
   void SendFinish(PendingFinish f);
+  static void OnHoldTimer(evutil_socket_t, short, void* arg);
+  void FlushHeld();
+  void PublishNow(const std::string& job_id, std::string event);
 
   RedisAsync* cmd_;
+  struct event* hold_timer_;
+  std::map<std::string, std::vector<std::string>> held_events_;  // job id -> its events, in order
   const Keys& keys_;
   const DaemonConfig& config_;
   Metrics* metrics_;
-  std::map<std::string, std::string> held_;  // entry -> its stream
+  struct Held {
+    std::string stream, notify;
+  };
+  std::map<std::string, Held> held_;  // entry -> its stream and notify target
   std::set<std::string> unsure_claims_;       // claims sent whose reply was lost
   std::deque<PendingFinish> pending_;
 };

@@ -17,12 +17,21 @@ Pools::Pools(struct event_base* base, const DaemonConfig& config, Metrics* metri
   if (memory_budget_ == 0) {
     memory_budget_ = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 4 * 3;
   }
-  for (const TemplateConfig& t : config_.templates) pool_metrics_.push_back(metrics_->AddTemplate(t.name));
+  for (const TemplateConfig& t : config_.templates) {
+    pool_metrics_.push_back(metrics_->AddTemplate(t.name, static_cast<double>(t.max_workers)));
+  }
 }
 
 Status Pools::Start(UniqueFd spawner, SlotHooks hooks, std::function<void(const Status&)> on_spawner_lost) {
   hooks_ = std::move(hooks);
   hooks_.on_keeper_lost = [this](Slot& s) { OnKeeperLost(s); };
+  hooks_.on_prepared = [this, prepared = std::move(hooks_.on_prepared)](Slot& s, double seconds) {
+    metrics_->ObserveSandboxPrepare(pool_metrics_[s.template_index()], seconds);
+    if (prepared) prepared(s, seconds);
+  };
+  hooks_.on_prepare_failed = [this](Slot& s) {
+    metrics_->PoolRefillFailed(pool_metrics_[s.template_index()], "prepare_failed");
+  };
   spawner_.Open(base_, std::move(spawner), [this](Frame& f) { OnSpawnerFrame(f); },
                 [this, lost = std::move(on_spawner_lost)](const Status& why) {
                   // Whoever waits for a keeper or a disk hears now that none is coming.
@@ -81,6 +90,7 @@ void Pools::OnKeeperLost(Slot& s) {
   backoff = backoff == 0 ? 100 : std::min(backoff * 2, 5000);
   UpdateGauges();
   if (draining_ || !s.active) return;
+  metrics_->PoolRefillFailed(pool_metrics_[s.template_index()], "keeper_lost");
   // Started again after a pause, so a keeper that dies at once does not spin.
   struct Again {
     Pools* pools;
@@ -256,6 +266,7 @@ void Pools::NoteWaited(uint32_t t, double seconds) { metrics_->ObservePoolWait(p
 void Pools::NoteRun(uint32_t t, double seconds) {
   Demand& d = demand_[t];
   d.run_s = 0.9 * d.run_s + 0.1 * seconds;
+  metrics_->ObserveRunDuration(pool_metrics_[t], seconds);
 }
 
 // Shrinking waits 10 s after the last change and retires only idle (ready) slots.
@@ -286,7 +297,8 @@ void Pools::Resize(const std::vector<size_t>& waiting) {
         }
       }
     }
-    metrics_->SetPool(pool_metrics_[t], static_cast<double>(ReadyCount(t)), PoolSize(t));
+    metrics_->SetPool(pool_metrics_[t], static_cast<double>(ReadyCount(t)), static_cast<double>(BusyCount(t)),
+                      PoolSize(t), static_cast<double>(t < waiting.size() ? waiting[t] : 0));
   }
 }
 

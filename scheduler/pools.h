@@ -50,6 +50,7 @@ class Pools {
   // Adds a slot to template `t`'s pool if its maximum and the host budget allow.
   bool Grow(uint32_t t, const char* why);
 
+  // Metrics: Pools observe their slots' sandbox preparations and refill failures themselves.
   // Demand, for sizing and the pool metrics: a job for `t` arrived and found a ready slot
   // (NoteHit) or none (NoteMiss, which also grows the pool if it may); a job that missed got a
   // slot after waiting `seconds` (NoteWaited); a job of `t` ran for `seconds` (NoteRun).
@@ -57,7 +58,10 @@ class Pools {
   void NoteMiss(uint32_t t);
   void NoteWaited(uint32_t t, double seconds);
   void NoteRun(uint32_t t, double seconds);
-  // Once per heartbeat. `waiting[t]`: jobs of `t` waiting for a slot here.
+  // Template `t`'s index in the Metrics' per-template series.
+  size_t MetricsIndex(uint32_t t) const { return pool_metrics_[t]; }
+  // Once per heartbeat (also sets the per-template gauges). `waiting[t]`: jobs of `t` waiting
+  // for a slot here.
   void Resize(const std::vector<size_t>& waiting);
   void UpdateGauges();
 

@@ -2,11 +2,23 @@
 
 #include <hiredis/adapters/libevent.h>
 
+#include <cstring>
+#include <unordered_map>
+
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/sha1.h"
 
 namespace sandpool {
 namespace {
+
+// The SHA-1 of each script body, computed on its first use (loop thread only).
+const std::string& ScriptSha(const char* body) {
+  static std::unordered_map<const char*, std::string> shas;
+  auto it = shas.find(body);
+  if (it == shas.end()) it = shas.emplace(body, Sha1Hex(body)).first;
+  return it->second;
+}
 
 struct PendingReply {
   std::weak_ptr<RedisAsync*> owner;
@@ -99,6 +111,10 @@ void RedisAsync::OnConnect(const redisAsyncContext* ac, int status) {
   }
   if (self->url_.db != 0) self->Command({"SELECT", std::to_string(self->url_.db)}, [](redisReply*) {});
   if (!self->client_name_.empty()) self->Command({"CLIENT", "SETNAME", self->client_name_}, [](redisReply*) {});
+  for (const char* body : self->preload_) {
+    (void)ScriptSha(body);
+    self->Command({"SCRIPT", "LOAD", body}, [](redisReply*) {});
+  }
   for (auto& [channel, cb] : self->subscriptions_) {
     (void)self->SendRaw({"SUBSCRIBE", channel}, &RedisAsync::OnMessage, cb.get());
   }
@@ -147,6 +163,23 @@ bool RedisAsync::CommandBlocking(const std::vector<std::string>& args, Callback 
   return Send(args, std::move(cb), false);
 }
 
+bool RedisAsync::Eval(const char* body, std::vector<std::string> args, Callback cb) {
+  auto request = std::make_shared<std::vector<std::string>>();
+  request->reserve(args.size() + 2);
+  request->push_back("EVALSHA");
+  request->push_back(ScriptSha(body));
+  for (std::string& a : args) request->push_back(std::move(a));
+  return Command(*request, [this, body, request, cb = std::move(cb)](redisReply* r) {
+    if (r != nullptr && r->type == REDIS_REPLY_ERROR && std::strncmp(r->str, "NOSCRIPT", 8) == 0) {
+      (*request)[0] = "EVAL";
+      (*request)[1] = body;
+      if (!Command(*request, cb)) cb(nullptr);  // as if lost with the connection
+      return;
+    }
+    cb(r);
+  });
+}
+
 void RedisAsync::WatchStall(int64_t threshold_ms) {
   stall_threshold_ms_ = threshold_ms;
   if (stall_since_us_ != 0 || OldestPendingMs() <= threshold_ms) return;
@@ -171,7 +204,12 @@ void RedisAsync::OnReply(redisAsyncContext*, void* reply, void* priv) {
   std::unique_ptr<PendingReply> p(static_cast<PendingReply*>(priv));
   if (p->owner.expired()) return;
   RedisAsync* self = *p->owner.lock();
-  if (p->timed && reply != nullptr && !self->sent_us_.empty()) self->sent_us_.pop_front();
+  double seconds = -1;
+  if (p->timed && reply != nullptr && !self->sent_us_.empty()) {
+    seconds = static_cast<double>(MonotonicUs() - self->sent_us_.front()) / 1e6;
+    self->sent_us_.pop_front();
+  }
+  if (reply != nullptr && self->hooks_.on_reply) self->hooks_.on_reply(seconds, static_cast<redisReply*>(reply));
   // Replies that waited through the stall arrive together: it is over once what is left is young.
   if (self->stall_since_us_ != 0 && self->OldestPendingMs() <= self->stall_threshold_ms_) {
     self->EndStall("redis answering again");

@@ -38,6 +38,9 @@ class RedisAsync {
   struct Hooks {
     std::function<void()> on_connect;
     std::function<void()> on_disconnect;
+    // Every reply (not lost ones): its round trip in seconds (-1 for blocking commands, whose
+    // wait is by design) and the reply, for metrics. Must not send commands.
+    std::function<void(double seconds, const redisReply* reply)> on_reply;
   };
 
   // `name` is for logs; `client_name` (may be empty) what CLIENT SETNAME is given.
@@ -52,6 +55,16 @@ class RedisAsync {
   bool connected() const { return connected_; }
 
   bool Command(const std::vector<std::string>& args, Callback cb);
+  // Runs the Lua script `body` (a string that lives as long as the program: scripts.h) with
+  // `args` (numkeys, the keys, then the arguments). Sent as EVALSHA with the body's SHA-1, so
+  // that Redis neither receives nor hashes the body on every call (with EVAL that hashing was
+  // most of Redis's CPU per job); when Redis answers NOSCRIPT (a fresh or restarted Redis, SCRIPT
+  // FLUSH) it is sent once more as EVAL, which also caches it. Same contract as Command: `cb`
+  // runs exactly once, unless this returns false.
+  bool Eval(const char* body, std::vector<std::string> args, Callback cb);
+  // Scripts to SCRIPT LOAD on every (re)connect, before anything else is sent: then Eval's
+  // NOSCRIPT fallback is only for a SCRIPT FLUSH behind our back. Call before Connect().
+  void PreloadScripts(std::vector<const char*> bodies) { preload_ = std::move(bodies); }
   // 0 when nothing is outstanding (subscriptions and blocking reads are not counted: see
   // CommandBlocking).
   int64_t OldestPendingMs() const;
@@ -96,6 +109,7 @@ class RedisAsync {
   void EndStall(const char* how);
   struct event* retry_timer_ = nullptr;
   std::map<std::string, std::unique_ptr<Callback>> subscriptions_;
+  std::vector<const char*> preload_;
   // Liveness token: callbacks in flight hold a weak copy, so a destroyed RedisAsync is noticed.
   std::shared_ptr<RedisAsync*> self_;
 };

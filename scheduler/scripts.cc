@@ -5,17 +5,138 @@ namespace sandpool {
 // Redis's own clock in milliseconds (scripts replicate their effects, so TIME is allowed).
 #define SANDPOOL_LUA_NOW_MS "local t = redis.call('TIME'); local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 
-const char* const kClaimScript = R"lua(
-if redis.call('EXISTS', KEYS[2]) == 1 then return {'done', '0'} end
-local h = redis.call('HMGET', KEYS[1], 'entry', 'attempt', 'cancel', 'state', 'consumer', 'done_ms', 'cancel_ms')
+// The completion record (PROTOCOL.md section 21), the one place it is built: sp_notify(prefix,
+// target, job id, stored result bytes, ttl s) appends it to the stream <prefix>:notify:<name> of a
+// target "<name>" or "<name>!" ("!": the record carries the result when it fits 64 KiB). The
+// outcome, exit code and error code are read from the stored result by a small msgpack reader
+// (sp_summary): Redis's cmsgpack cannot read bin, and results carry their output as bin.
+// sp_targets(list) splits a job hash's space-separated `notify` list; sp_add(list, target) adds one
+// (at most 16 different streams per job).
+#define SANDPOOL_LUA_NOTIFY \
+  "local function sp_uint(s, i, n)\n" \
+  "  local v = 0\n" \
+  "  for k = i, i + n - 1 do v = v * 256 + string.byte(s, k) end\n" \
+  "  return v\n" \
+  "end\n" \
+  "local sp_lens = {[0xc4] = 1, [0xc5] = 2, [0xc6] = 4, [0xd9] = 1, [0xda] = 2, [0xdb] = 4}\n" \
+  "local sp_ints = {[0xcc] = 1, [0xcd] = 2, [0xce] = 4, [0xcf] = 8, [0xd0] = 1, [0xd1] = 2, [0xd2] = 4, [0xd3] = 8}\n" \
+  "local sp_fixext = {[0xd4] = 1, [0xd5] = 2, [0xd6] = 4, [0xd7] = 8, [0xd8] = 16}\n" \
+  "local sp_ext = {[0xc7] = 1, [0xc8] = 2, [0xc9] = 4}\n" \
+  "local function sp_read(s, i)\n" \
+  "  local b = string.byte(s, i)\n" \
+  "  if not b then return nil, i + 1 end\n" \
+  "  if b <= 0x7f then return b, i + 1 end\n" \
+  "  if b >= 0xe0 then return b - 256, i + 1 end\n" \
+  "  if b >= 0xa0 and b <= 0xbf then return string.sub(s, i + 1, i + b - 0xa0), i + 1 + b - 0xa0 end\n" \
+  "  if b >= 0x80 and b <= 0x8f then return nil, i + 1, (b - 0x80) * 2 end\n" \
+  "  if b >= 0x90 and b <= 0x9f then return nil, i + 1, b - 0x90 end\n" \
+  "  if b == 0xc0 then return nil, i + 1 end\n" \
+  "  if b == 0xc2 or b == 0xc3 then return b == 0xc3, i + 1 end\n" \
+  "  if sp_lens[b] then\n" \
+  "    local n = sp_uint(s, i + 1, sp_lens[b])\n" \
+  "    return string.sub(s, i + 1 + sp_lens[b], i + sp_lens[b] + n), i + 1 + sp_lens[b] + n\n" \
+  "  end\n" \
+  "  if sp_ints[b] then\n" \
+  "    local v = sp_uint(s, i + 1, sp_ints[b])\n" \
+  "    if b >= 0xd0 and v >= 2 ^ (8 * sp_ints[b] - 1) then v = v - 2 ^ (8 * sp_ints[b]) end\n" \
+  "    return v, i + 1 + sp_ints[b]\n" \
+  "  end\n" \
+  "  if b == 0xca then return 0, i + 5 end\n" \
+  "  if b == 0xcb then return 0, i + 9 end\n" \
+  "  if b == 0xdc then return nil, i + 3, sp_uint(s, i + 1, 2) end\n" \
+  "  if b == 0xdd then return nil, i + 5, sp_uint(s, i + 1, 4) end\n" \
+  "  if b == 0xde then return nil, i + 3, 2 * sp_uint(s, i + 1, 2) end\n" \
+  "  if b == 0xdf then return nil, i + 5, 2 * sp_uint(s, i + 1, 4) end\n" \
+  "  if sp_fixext[b] then return nil, i + 2 + sp_fixext[b] end\n" \
+  "  if sp_ext[b] then return nil, i + 2 + sp_ext[b] + sp_uint(s, i + 1, sp_ext[b]) end\n" \
+  "  return nil, i + 1\n" \
+  "end\n" \
+  "local function sp_skip(s, i)\n" \
+  "  local pending = 1\n" \
+  "  while pending > 0 and i <= #s do\n" \
+  "    local _, j, items = sp_read(s, i)\n" \
+  "    pending = pending - 1 + (items or 0)\n" \
+  "    i = j\n" \
+  "  end\n" \
+  "  return i\n" \
+  "end\n" \
+  "local function sp_summary(s)\n" \
+  "  local out = {}\n" \
+  "  local _, i, n = sp_read(s, 1)\n" \
+  "  for _ = 1, (n or 0) / 2 do\n" \
+  "    local k, v, j, m\n" \
+  "    k, i = sp_read(s, i)\n" \
+  "    v, j, m = sp_read(s, i)\n" \
+  "    if m and k == 'error' then\n" \
+  "      i = j\n" \
+  "      for _ = 1, m / 2 do\n" \
+  "        local ek, ev\n" \
+  "        ek, i = sp_read(s, i)\n" \
+  "        ev, j = sp_read(s, i)\n" \
+  "        if ek == 'code' and type(ev) == 'string' then out.error = ev end\n" \
+  "        i = sp_skip(s, i)\n" \
+  "      end\n" \
+  "    else\n" \
+  "      if k == 'outcome' or k == 'exit_code' then out[k] = v end\n" \
+  "      i = sp_skip(s, i)\n" \
+  "    end\n" \
+  "  end\n" \
+  "  return out\n" \
+  "end\n" \
+  "local function sp_notify(prefix, target, id, res, ttl)\n" \
+  "  if target == '' or not res then return end\n" \
+  "  local name, want = target, false\n" \
+  "  if string.sub(target, -1) == '!' then name = string.sub(target, 1, -2); want = true end\n" \
+  "  local r = sp_summary(res)\n" \
+  "  local f = {'id', id, 'outcome', type(r.outcome) == 'string' and r.outcome or 'error', 'exit_code', ''}\n" \
+  "  if type(r.exit_code) == 'number' then f[6] = string.format('%d', r.exit_code) end\n" \
+  "  if r.error then f[#f + 1] = 'error'; f[#f + 1] = r.error end\n" \
+  "  if want then\n" \
+  "    if #res <= 65536 then f[#f + 1] = 'result'; f[#f + 1] = res\n" \
+  "    else f[#f + 1] = 'result_bytes'; f[#f + 1] = tostring(#res) end\n" \
+  "  end\n" \
+  "  local key = prefix .. ':notify:' .. name\n" \
+  "  redis.call('XADD', key, '*', unpack(f))\n" \
+  "  redis.call('EXPIRE', key, ttl)\n" \
+  "end\n" \
+  "local function sp_targets(list)\n" \
+  "  local t = {}\n" \
+  "  for x in string.gmatch(list or '', '%S+') do t[#t + 1] = x end\n" \
+  "  return t\n" \
+  "end\n" \
+  "local function sp_add(list, target)\n" \
+  "  local t = sp_targets(list)\n" \
+  "  if target == '' then return table.concat(t, ' ') end\n" \
+  "  for _, x in ipairs(t) do if x == target then return table.concat(t, ' ') end end\n" \
+  "  if #t < 16 then t[#t + 1] = target end\n" \
+  "  return table.concat(t, ' ')\n" \
+  "end\n"
+
+const char* const kClaimScript = SANDPOOL_LUA_NOTIFY R"lua(
+if ARGV[7] ~= '' then
+  -- A result exists (a resubmission of a finished job, one cancelled while queued): this entry's
+  -- stream hears of it now.
+  local stored = redis.call('GET', KEYS[2])
+  if stored then
+    sp_notify(ARGV[8], ARGV[7], ARGV[9], stored, ARGV[4])
+    return {'done', '0'}
+  end
+elseif redis.call('EXISTS', KEYS[2]) == 1 then
+  return {'done', '0'}
+end
+local h = redis.call('HMGET', KEYS[1], 'entry', 'attempt', 'cancel', 'state', 'consumer', 'done_ms', 'cancel_ms', 'notify')
 if h[4] == 'done' then
   -- A run whose result expired: the id is free again. Its cancel flag is the old run's, unless it
   -- was set (with a time) after that run ended.
   local late_cancel = h[3] == '1' and h[6] and h[7] and tonumber(h[7]) > tonumber(h[6])
   redis.call('DEL', KEYS[1])
-  h = {false, false, late_cancel and '1' or false, false, false}
+  h = {false, false, late_cancel and '1' or false, false, false, false, false, false}
 end
-if h[1] and h[1] ~= ARGV[1] then return {'dup', '0'} end
+if h[1] and h[1] ~= ARGV[1] then
+  -- The entry that owns the id notifies this entry's stream too when it ends.
+  if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'notify', sp_add(h[8], ARGV[7])) end
+  return {'dup', '0'}
+end
 local attempt = tonumber(h[2] or '0')
 local verdict = 'run'
 if h[3] == '1' then
@@ -29,13 +150,16 @@ else
 end
 redis.call('HSET', KEYS[1], 'state', 'running', 'entry', ARGV[1], 'consumer', ARGV[2],
            'attempt', attempt, 'claimed_ms', ARGV[3])
+local targets = sp_add(h[8], ARGV[7])
+if targets ~= '' then redis.call('HSET', KEYS[1], 'notify', targets) end
 if verdict == 'cancelled' then redis.call('HSET', KEYS[1], 'cancel', '1') end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 return {verdict, tostring(attempt)}
 )lua";
 
-const char* const kFinishScript = SANDPOOL_LUA_NOW_MS R"lua(
-local h = redis.call('HMGET', KEYS[1], 'consumer', 'attempt', 'entry')
+const char* const kFinishScript = SANDPOOL_LUA_NOW_MS SANDPOOL_LUA_NOTIFY R"lua(
+for i = 11, 10 + tonumber(ARGV[10]) do redis.call('PUBLISH', KEYS[4], ARGV[i]) end
+local h = redis.call('HMGET', KEYS[1], 'consumer', 'attempt', 'entry', 'notify')
 if h[3] and h[3] ~= ARGV[1] then return 'dup' end
 if h[1] and (h[1] ~= ARGV[2] or h[2] ~= ARGV[3]) then return 'fenced' end
 redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[5])
@@ -43,16 +167,21 @@ redis.call('HSET', KEYS[1], 'state', 'done', 'entry', ARGV[1], 'consumer', ARGV[
            'done_ms', now_ms)
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('PUBLISH', KEYS[4], ARGV[6])
+for _, target in ipairs(sp_targets(h[4])) do sp_notify(ARGV[8], target, ARGV[9], ARGV[4], ARGV[5]) end
 redis.call('XACK', KEYS[3], ARGV[7], ARGV[1])
 redis.call('XDEL', KEYS[3], ARGV[1])
 return 'ok'
 )lua";
 
-const char* const kRejectScript = R"lua(
+const char* const kRejectScript = SANDPOOL_LUA_NOTIFY R"lua(
+local stored = ARGV[2]
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
   redis.call('PUBLISH', KEYS[3], ARGV[4])
+elseif ARGV[7] ~= '' then
+  stored = redis.call('GET', KEYS[1])
 end
+sp_notify(ARGV[6], ARGV[7], ARGV[8], stored, ARGV[3])
 redis.call('XACK', KEYS[2], ARGV[5], ARGV[1])
 redis.call('XDEL', KEYS[2], ARGV[1])
 return 'ok'
@@ -114,6 +243,7 @@ return out
 )lua";
 
 #undef SANDPOOL_LUA_NOW_MS
+#undef SANDPOOL_LUA_NOTIFY
 
 const char* const kSessionRouteScript = R"lua(
 local mine = redis.call('XPENDING', KEYS[1], ARGV[2], ARGV[1], ARGV[1], 1, ARGV[3])
@@ -158,5 +288,13 @@ for _, sid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 return n
 )lua";
+
+const std::vector<const char*>& AllScripts() {
+  static const std::vector<const char*> all = {kClaimScript,      kFinishScript,       kRejectScript,
+                                               kCancelQueuedScript, kRefreshScript,   kForwardScript,
+                                               kCancelFlagsScript,  kSessionRouteScript, kSessionExpireScript,
+                                               kSessionLoseScript};
+  return all;
+}
 
 }  // namespace sandpool

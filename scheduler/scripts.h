@@ -2,27 +2,39 @@
 // by hash, and EVAL survives SCRIPT FLUSH and restarts, unlike EVALSHA). The job hash's fields
 // are documented in PROTOCOL.md section 4.
 //
+// Completion records (PROTOCOL.md section 21). A notify target is "" (none), "<name>" or "<name>!"
+// (the record carries the result); it names the stream <prefix>:notify:<name>. The job hash's
+// `notify` field lists the targets of every entry of the id (the owner's and its duplicates'), so
+// the one FINISH tells them all.
+//
 // CLAIM  KEYS: job hash, result key
 //        ARGV: entry id, consumer, now ms, ttl s, max attempts, retry-own-claim ("1" when this
-//              daemon sent a claim for this entry before and lost the reply: it never ran)
+//              daemon sent a claim for this entry before and lost the reply: it never ran),
+//              the entry's notify target, prefix, job id
 //   -> {verdict, attempt}: "run" (attempt incremented: run it), "dup" (another entry owns this
 //      id: ack and drop), "done" (a result exists: ack and drop), "cancelled" (a client
 //      cancelled it before it started; attempt: the runs it had, 0 if none), "lost" (it was
 //      running under a daemon that died and has no attempts left). For run/cancelled/lost the
 //      job hash now names this consumer, so the FINISH below is accepted. A hash left from a run
 //      whose result expired is forgotten first: the id is free again (and a cancel recorded
-//      after that run ended, with cancel_ms, belongs to the new job).
+//      after that run ended, with cancel_ms, belongs to the new job). "done" appends a record of
+//      the stored result to the entry's notify stream; "dup" adds the entry's target to the hash.
 //
 // FINISH KEYS: job hash, result key, queue stream, out channel
-//        ARGV: entry id, consumer, attempt, result bytes, ttl s, exited-event bytes, group
-//   -> "ok" (stored, published, acked, deleted), "fenced" (another daemon took the job over
+//        ARGV: entry id, consumer, attempt, result bytes, ttl s, exited-event bytes, group,
+//              prefix, job id, n, then n live events held back (JobLedger::Publish), published
+//              first, in order
+//   -> "ok" (stored, published, a record appended to each of the hash's notify targets, acked,
+//      deleted), "fenced" (another daemon took the job over
 //      because this one was presumed dead: nothing written), "dup" (the id belongs to another
 //      entry: nothing written; the caller acks and drops this entry).
 //
 // REJECT KEYS: result key, queue stream, out channel
-//        ARGV: entry id, result bytes, ttl s, exited-event bytes, group
+//        ARGV: entry id, result bytes, ttl s, exited-event bytes, group, prefix, notify target,
+//              job id
 //   -> "ok". An entry that cannot run: its error result is stored (unless the id already has a
-//      result: idempotency), published, and the entry acked and deleted. No job hash is made.
+//      result: idempotency), published, a record of the stored result appended to the entry's
+//      notify target, and the entry acked and deleted. No job hash is made.
 //
 // CANCEL_QUEUED KEYS: job hash, result key, out channel
 //        ARGV: result bytes, ttl s, exited-event bytes, consumer
@@ -68,6 +80,8 @@
 //   -> how many of its sessions were marked "lost" (every one not destroyed or lost already).
 #pragma once
 
+#include <vector>
+
 namespace sandpool {
 
 extern const char* const kClaimScript;
@@ -80,5 +94,8 @@ extern const char* const kCancelFlagsScript;
 extern const char* const kSessionRouteScript;
 extern const char* const kSessionExpireScript;
 extern const char* const kSessionLoseScript;
+
+// Every script above (RedisAsync::PreloadScripts).
+const std::vector<const char*>& AllScripts();
 
 }  // namespace sandpool

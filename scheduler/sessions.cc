@@ -481,8 +481,8 @@ void Sessions::OnIntakeEntry(const std::string& entry, const std::map<std::strin
     return;
   }
   std::string op(SessionOpOf(req.op).name);
-  bool sent = cmd_->Command(
-      {"EVAL", kSessionRouteScript, "3", intake_, keys_.Session(req.session), keys_.Sessions(), entry,
+  bool sent = cmd_->Eval(kSessionRouteScript,
+      {"3", intake_, keys_.Session(req.session), keys_.Sessions(), entry,
        std::string(Keys::kGroup), config_.consumer, keys_.SessionIntake(config_.queue) + ":", std::to_string(WallMs()), op,
        req.id, req_it->second, req.session, keys_.HostSessions(""), keys_.SessionHosts()},
       [this, entry, fields, sid = req.session](redisReply* r) {
@@ -1399,12 +1399,12 @@ void Sessions::RunJob(JobSpec spec, const std::string& stream, const std::string
       case JobLedger::Verdict::kCancelled:
         r.outcome = Outcome::kCancelled;
         r.error = JobError{ErrorCode::kCancelled, "cancelled by a client before it started"};
-        ledger_->Finish(std::move(r), stream, entry, 0);
+        ledger_->Finish(std::move(r), stream, entry, 0, Metrics::kOtherTemplate);
         break;
       case JobLedger::Verdict::kLost:
         r.outcome = Outcome::kWorkerLost;
         r.error = JobError{ErrorCode::kWorkerLost, "the daemon running this job died and no retry was left"};
-        ledger_->Finish(std::move(r), stream, entry, 0);
+        ledger_->Finish(std::move(r), stream, entry, 0, Metrics::kOtherTemplate);
         break;
       case JobLedger::Verdict::kDrop:
         ledger_->Ack(stream, entry);
@@ -1429,7 +1429,7 @@ void Sessions::StartJob(std::shared_ptr<JobSpec> spec, std::string stream, std::
     r.attempt = attempt;
     r.outcome = Outcome::kError;
     r.error = JobError{code, why};
-    ledger_->Finish(std::move(r), stream, entry, 0);
+    ledger_->Finish(std::move(r), stream, entry, 0, Metrics::kOtherTemplate);
     --ops_in_flight_;
     if (on_idle_) on_idle_();
   };
@@ -1493,8 +1493,7 @@ void Sessions::StartJob(std::shared_ptr<JobSpec> spec, std::string stream, std::
 void Sessions::EndJob(const std::string& sid, JobResult&& r, uint64_t seq, const std::string& stream,
                       const std::string& entry) {
   op_session_.erase(r.id);
-  metrics_->JobCompleted(OutcomeName(r.outcome));
-  ledger_->Finish(std::move(r), stream, entry, seq);
+  ledger_->Finish(std::move(r), stream, entry, seq, Metrics::kOtherTemplate);
   --ops_in_flight_;
   auto it = sessions_.find(sid);
   if (it != sessions_.end()) {
@@ -1614,7 +1613,7 @@ void Sessions::FindLostHosts() {
 // A daemon holding sessions is gone: its sessions are lost, and what is sent to it is answered.
 void Sessions::AnswerLostHost(const std::string& consumer) {
   std::string message = "the host holding the session (" + consumer + ") is gone";
-  cmd_->Command({"EVAL", kSessionLoseScript, "1", keys_.HostSessions(consumer), keys_.Session(""), message},
+  cmd_->Eval(kSessionLoseScript, {"1", keys_.HostSessions(consumer), keys_.Session(""), message},
                 [consumer](redisReply* r) {
                   if (r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
                     LogWarn("sessions of a daemon that is gone marked lost",
@@ -1696,7 +1695,7 @@ void Sessions::ExpireCreates() {
       res.session = req ? req->session : "";
       res.error = JobError{ErrorCode::kHostFull, "no daemon had room for a new session within " +
                                                      std::to_string(wait_ms) + " ms"};
-      cmd_->Command({"EVAL", kSessionExpireScript, "3", intake_, keys_.Result(res.id), keys_.Out(res.id), entry,
+      cmd_->Eval(kSessionExpireScript, {"3", intake_, keys_.Result(res.id), keys_.Out(res.id), entry,
                      std::string(Keys::kGroup), EncodeOpResult(res), std::to_string(config_.result_ttl_s),
                      EncodeOpExitedEvent(res)},
                     [](redisReply*) {});

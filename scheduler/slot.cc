@@ -76,6 +76,7 @@ void Slot::HandleFrame(Frame& f) {
       (void)Decode(f.payload, &m);
       if (!failing_) LogWarn("sandbox preparation failing", {{"slot", index_}, {"error", m.message}});
       failing_ = true;
+      if (hooks_.on_prepare_failed) hooks_.on_prepare_failed(*this);
       return;
     }
     case MsgType::kStarted: {

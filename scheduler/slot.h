@@ -43,6 +43,7 @@ struct SlotJob {
   std::string entry;        // stream entry id
   uint32_t attempt = 1;
   uint64_t queue_wait_us = 0;
+  int64_t enqueued_ms = 0;  // its first XADD (wall clock): schedule-to-start counts from here
   // Effective limits: the job's own, or the template's.
   uint64_t cpu_time_ms = 0;
   uint64_t memory_bytes = 0;
@@ -60,6 +61,7 @@ struct SlotHooks {
   std::function<void(Slot&, const SlotJob&, JobResult&&)> on_finished;  // the job is over
   std::function<void(Slot&)> on_keeper_lost;           // the keeper died; a new one is needed
   std::function<void(Slot&, double seconds)> on_prepared;  // sandbox preparation time
+  std::function<void(Slot&)> on_prepare_failed;           // the keeper could not prepare one
 };
 
 class Slot {

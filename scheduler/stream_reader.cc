@@ -83,8 +83,20 @@ void StreamReader::CreateGroups() {
   }
 }
 
+void StreamReader::OnForwarded(std::string_view tmpl) {
+  bool known = false;
+  for (Stream& s : streams_) {
+    if (s.tmpl >= 0 && config_.templates[static_cast<size_t>(s.tmpl)].name == tmpl) known = true;
+  }
+  for (Stream& s : streams_) {
+    if (s.tmpl >= 0 && (!known || config_.templates[static_cast<size_t>(s.tmpl)].name == tmpl)) ++s.wakes;
+  }
+  Read();
+}
+
 void StreamReader::Heartbeat() {
   if (stopped_ || !cmd_->connected()) return;
+  for (Stream& s : streams_) ++s.wakes;
   CreateGroups();
   FindOrphans();
   Read();
@@ -166,22 +178,28 @@ void StreamReader::ScanOwn(size_t i) {
 }
 
 void StreamReader::ReadForward(size_t i) {
+  if (streams_[i].wakes == streams_[i].wakes_read) return;  // empty since the last reason to look
   size_t n = Capacity(streams_[i]);
   if (n == 0) return;
   streams_[i].in_flight = true;
   std::string key = streams_[i].key;
+  uint64_t wakes = streams_[i].wakes;
   bool sent = cmd_->Command({"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT",
                              std::to_string(n), "STREAMS", key, ">"},
-                            [this, i, key](redisReply* r) {
+                            [this, i, key, wakes](redisReply* r) {
                               streams_[i].in_flight = false;
                               if (r == nullptr || stopped_) return;
                               if (r->type == REDIS_REPLY_ERROR) {
                                 if (ReplyString(r).rfind("NOGROUP", 0) == 0) streams_[i].group_ready = false;
                                 return;
                               }
-                              if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->elements == 2) {
+                              if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->elements == 2 &&
+                                  r->element[0]->element[1]->elements > 0) {
                                 Deliver(r->element[0]->element[1], key);
-                                Read();
+                                Read();  // there may be more
+                              } else {
+                                // Empty as of every reason to look that came before this read.
+                                streams_[i].wakes_read = wakes;
                               }
                             });
   if (!sent) streams_[i].in_flight = false;

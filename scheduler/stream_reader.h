@@ -11,7 +11,10 @@
 //     every heartbeat, but not while Redis itself has been up for less than a lease (a restart
 //     drops every connection at once: every daemon gets that long to come back), and claimed
 //     with XCLAIM's min-idle check (a refreshed lease wins the race);
-//  3. each template's forward queue, as many as that template has ready slots here;
+//  3. each template's forward queue, as many as that template has ready slots here, when it may
+//     hold something: a daemon announced a forward (OnForwarded, from pub/sub), the last read
+//     of it found entries, or a heartbeat came (pub/sub may lose the announcement); never just
+//     because a slot became ready (that was most of Redis's calls per job);
 //  4. the intake, as many as this daemon can start at once (a busy host leaves jobs to others).
 // A daemon that is alive and connected never loses its entries, whatever the pause: only its
 // connections disappearing (it died, or Redis dropped it) lets a peer take them.
@@ -24,6 +27,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "queue/keys.h"
@@ -60,6 +64,9 @@ class StreamReader {
   void Read();
   // Every heartbeat: retries group creation, looks for orphans, reads forward queues.
   void Heartbeat();
+  // A daemon moved an entry to the forward queue of the template named `tmpl` (any, if unknown):
+  // it is read as soon as that template has a ready slot.
+  void OnForwarded(std::string_view tmpl);
   // Draining: nothing more is read (a late reply's entries stay pending, unclaimed).
   void Stop();
 
@@ -70,6 +77,9 @@ class StreamReader {
     bool group_ready = false;
     bool own_scan = true;      // own pending entries still to be read
     bool in_flight = false;    // a read of this stream is outstanding
+    // Forward queues: reasons to read it (announcements, heartbeats) so far, and how many of
+    // them the last read that found it empty had covered. Equal: nothing to read.
+    uint64_t wakes = 1, wakes_read = 0;
     std::vector<std::string> orphans;  // pending entries of dead daemons, oldest first
   };
 

@@ -12,6 +12,8 @@ packages=(
   redis-server
   python3 python3-redis python3-msgpack python3-pytest
   bubblewrap procps iproute2
+  jsonnet prometheus  # the monitoring mixin: generation, promtool, and a real server in its test
+  tmux  # drives `sandpool top` in its test
 )
 # Node for the TypeScript client and the Mastra provider's tests (>= 20; a Node already on the
 # machine, e.g. from NodeSource, is used as it is).

@@ -6,11 +6,13 @@
 // sandbox is the *mother*: a sandbox like any other (user, pid, mount, ipc and uts namespaces,
 // the slot's cgroup and uid maps) whose main process stays sandbox root and runs the
 // interpreter with the modules preloaded and this library (libsandpool_nursery.so) loaded. For
-// every sandbox after that, the mother clones a child into new pid, mount, ipc and uts
-// namespaces; that child runs exactly the init and stub set-up every sandbox gets (cgroup, its
-// own filesystems and /proc, uid 1000, no capabilities, no_new_privs, rlimits, seccomp) and then
-// returns into the interpreter as the job's process, which speaks the zygote protocol
-// (zygote.h). No exec and no interpreter start-up per sandbox.
+// every sandbox after that, the mother clones an init into new pid, mount, ipc and uts
+// namespaces, sharing its memory, and that init clones the job's process: the only copy of the
+// interpreter's address space the sandbox costs (page-table copies and the copy-on-write faults
+// after them are what a warm Python job costs most). init runs exactly the set-up every init
+// runs, the job exactly the stub's confinement (cgroup, its own filesystems and /proc, uid 1000,
+// no capabilities, no_new_privs, rlimits, seccomp), then returns into the interpreter, which
+// speaks the zygote protocol (zygote.h). No exec and no interpreter start-up per sandbox.
 //
 // What stays as it was: each job gets a fresh sandbox that no job ran in before (a clone of a
 // mother that never runs job code, and cannot be reached from a job: another pid namespace, no
@@ -23,7 +25,8 @@
 //   mother -> keeper  'R'                         ready (modules and library loaded)
 //   keeper -> mother  'C' u32 length, config       once: EncodeNurseryConfig
 //   keeper -> mother  'N' + 6 fds (SCM_RIGHTS)     make a sandbox; the fds are init's 3-8
-//   mother -> keeper  'P' + init's pidfd           done; or 'E' if clone3 failed
+//   mother -> keeper  'P' + init's pidfd           init exists, waiting for the keeper's go;
+//                                                  or 'E' if it could not be cloned
 // The keeper then finishes the sandbox as it does its own (FinishSandbox, no uid maps).
 #pragma once
 
@@ -61,12 +64,18 @@ Status SendNurseryConfig(int mother, const std::string& blob);
 Result<Sandbox> NurseryPrepareSandbox(int mother, SandboxCgroup cgroup);
 
 // Inside a mother and its children; the library's C interface (nursery_lib.cc) calls these.
-// NurseryCloneInit, in the mother: clones a sandbox's init into new pid, mount, ipc and uts
-// namespaces with fds[0..5] as its 3-8; init's pid (pidfd in *pidfd) in the mother, 0 in init,
-// -errno on failure. NurseryEnter, in that init: decodes the config, sets the sandbox up like
-// every init (InitSetUp), forks the stub, confines it (StubPrologue) and returns 0 in it, the
-// job's process; init serves and never returns. A failure is reported like init's own.
-long NurseryCloneInit(const int* fds, int nfds, int* pidfd);
-int NurseryEnter(const char* blob, size_t len);
+// NurseryConfigure, in the mother, once: decodes the keeper's config blob; 0 or -EINVAL.
+// NurserySpawn, in the mother (`sock` its socket to the keeper): makes one sandbox. init is
+// cloned into new pid, mount, ipc and uts namespaces *sharing the mother's memory* (CLONE_VM,
+// on a stack of its own; no page tables copied), with fds[0..5] as its 3-8, and the mother sends
+// the keeper 'P' + init's pidfd. init then sets the sandbox up like every init (InitSetUp, while
+// the mother waits: they share one heap), clones the job's process (the one copy of the
+// interpreter's memory), confines it (StubPrologue) and lets the mother go; from then on init
+// only reaps and reports (InitServe, which allocates nothing). Returns init's pid in the mother,
+// 0 in the job's process (which resumes in this frame, in its own copy of the memory), -errno on
+// failure. The job never shares writable memory with init or the mother, which hold
+// capabilities in the sandbox's user namespace.
+int NurseryConfigure(const char* blob, size_t len);
+long NurserySpawn(const int* fds, int nfds, int sock);
 
 }  // namespace sandpool

@@ -218,6 +218,25 @@ void InitFail(const std::string& what) {
   ::_exit(1);
 }
 
+namespace {
+
+// InitFail without allocating (InitServe's: a nursery's init shares the mother's heap then).
+[[noreturn]] void InitFailNoAlloc(const char* what, int err) {
+  char buf[160];
+  size_t n = 0;
+  buf[n++] = 'F';
+  for (const char* p = what; *p != '\0' && n < 100; ++p) buf[n++] = *p;
+  if (err != 0) {
+    buf[n++] = ':';
+    buf[n++] = ' ';
+    for (const char* p = strerrorname_np(err); p != nullptr && *p != '\0' && n < sizeof buf; ++p) buf[n++] = *p;
+  }
+  (void)!::write(kStatusFd, buf, n);
+  ::_exit(1);
+}
+
+}  // namespace
+
 int ArrangeFds(const int* fds, int n) {
   int moved[8];
   if (n > 8) return EINVAL;
@@ -303,11 +322,11 @@ void InitSetUp(const SandboxConfig& config, Status (*mount)(const SandboxConfig&
 }
 
 void InitServe(const SandboxConfig& config, pid_t stub) {
-  if (stub < 0) InitFail("create stub: " + std::string(std::strerror(errno)));
+  if (stub < 0) InitFailNoAlloc("create stub", errno);
   // init keeps none of the job's fds (the pipes must reach EOF when the job's processes die)
   // and none of the host's (its stdio was the keeper's).
   int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (devnull < 0) InitFail("open /dev/null: " + std::string(std::strerror(errno)));
+  if (devnull < 0) InitFailNoAlloc("open /dev/null", errno);
   for (int fd = 0; fd < 3; ++fd) ::dup2(devnull, fd);
   for (int fd = 5; fd <= 8; ++fd) ::close(fd);
   for (;;) {
@@ -315,7 +334,7 @@ void InitServe(const SandboxConfig& config, pid_t stub) {
     pid_t pid = ::waitpid(-1, &st, __WALL);
     if (pid < 0) {
       if (errno == EINTR) continue;
-      InitFail("stub vanished");
+      InitFailNoAlloc("stub vanished", 0);
     }
     if (pid != stub) continue;  // reap orphans of the job
     // Everything else in the namespace dies now and is reaped before the report: the keeper

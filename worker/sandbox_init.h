@@ -1,7 +1,8 @@
 // Code that runs INSIDE a sandbox, after clone: its init (pid 1) and its stub (which becomes the
 // job). The keeper's side is sandbox.h. Rules for every function declared here:
-//  - init is a clone (its own copy of memory) of the single-threaded keeper, or of a nursery
-//    mother's interpreter (nursery.h). It may allocate. It holds fds 3-8 (sandbox.h says which),
+//  - init is a clone (its own copy of memory) of the single-threaded keeper, or shares a nursery
+//    mother's memory (nursery.h: it may allocate until it has cloned the job and let the mother
+//    go; from then on, in InitServe, it allocates nothing). It may allocate. It holds fds 3-8 (sandbox.h says which),
 //    never writes to the host's stdio, and reports failures on its status pipe (InitFail), never
 //    to a log: the stderr it inherited is not the host's, and from the stub on it is the job's.
 //  - the stub is cloned CLONE_VM | CLONE_VFORK from init, on a stack of its own: it shares init's
@@ -61,7 +62,8 @@ pid_t SpawnSandboxProcess(const SandboxProcessSpec& spec);
 // on failure reports and exits.
 void InitSetUp(const SandboxConfig& config, Status (*mount)(const SandboxConfig&) = nullptr);
 // InitServe: drops the job's fds, reaps until `stub` ends, kills and reaps the rest of the pid
-// namespace, reports the stub's wait status, exits (which ends the namespace).
+// namespace, reports the stub's wait status, exits (which ends the namespace). Allocates nothing
+// (a nursery's init runs it in memory the mother uses at the same time).
 [[noreturn]] void InitServe(const SandboxConfig& config, pid_t stub);
 // The stub's confinement (fds 0-2 the job's stdio, 3 its socket): new session, no capabilities,
 // uid 1000 (or, `as_root`, the sandbox's root with its capabilities in the sandbox's user

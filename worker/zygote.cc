@@ -35,6 +35,7 @@ def _sandpool_preload():
     import re, math, collections, itertools, functools, datetime, random, string, time, io, struct, base64
 def _sandpool_mother():
     import ctypes, gc, signal, socket, struct
+    gc.disable()
     lib = ctypes.PyDLL("/proc/self/fd/4")
     os.close(4)
     sock = socket.socket(fileno=3)
@@ -51,6 +52,8 @@ def _sandpool_mother():
     if hdr[:1] != b"C":
         os._exit(2)
     blob = recv_exact(struct.unpack("=I", hdr[1:])[0])
+    if lib.sandpool_nursery_configure(blob, len(blob)) != 0:
+        os._exit(2)
     def reap(signum, frame):
         while True:
             try:
@@ -61,7 +64,9 @@ def _sandpool_mother():
                 return
     signal.signal(signal.SIGCHLD, reap)
     fds = (ctypes.c_int * 6)()
-    pidfd = ctypes.c_int(-1)
+    # Copy-on-write discipline: every job's process shares this heap, and each page a job
+    # writes is copied for it. No collection from here on touches the mother's objects
+    # (frozen), and the job's process turns collection back on for its own.
     gc.collect()
     gc.freeze()
     while True:
@@ -75,13 +80,12 @@ def _sandpool_mother():
             continue
         for i, fd in enumerate(got):
             fds[i] = fd
-        pid = lib.sandpool_nursery_clone(fds, 6, ctypes.byref(pidfd))
+        pid = lib.sandpool_nursery_spawn(fds, 6, 3)  # sends the keeper 'P' itself
         if pid == 0:
             ctypes.pythonapi.PyOS_AfterFork_Child()
             sock.detach()
-            lib.sandpool_nursery_enter(blob, len(blob))  # returns in the job's process only
-            ctypes.pythonapi.PyOS_AfterFork_Child()
-            # The dispositions a fresh python3 has (the stub reset them all).
+            gc.enable()
+            # The dispositions a fresh python3 has (the job's confinement reset them all).
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGPIPE, signal.SIG_IGN)
@@ -91,13 +95,17 @@ def _sandpool_mother():
             os.close(fd)
         if pid < 0:
             sock.sendall(b"E")
-            continue
-        socket.send_fds(sock, [b"P"], [pidfd.value])
-        os.close(pidfd.value)
 def _sandpool_zygote():
     _sandpool_preload()
     import errno, gc, json, types, traceback
     os.set_inheritable(3, False)
+    # A rehearsal of what every job does (decode the job, compile, run, write, flush), while the
+    # sandbox waits: the pages it writes are copied from the mother's now, not on the job's path.
+    _r = types.ModuleType("__main__")
+    exec(compile(json.loads('{"code": "x = [1]\\ny = str(x)"}')["code"], "<string>", "exec"), _r.__dict__)
+    sys.stdout.write("")
+    sys.stdout.flush()
+    del _r
     gc.collect()
     gc.freeze()
     os.write(3, b"R")

@@ -36,6 +36,7 @@ Commands:
   result   print a finished job's output; exits with the job's status
   cancel   cancel a queued or running job
   status   queue and daemon overview, or one job's state
+  top      live view of the fleet (daemons, slots, jobs/s, latency, queue, failures)
   session  sandboxes that keep files and processes between commands (create, exec, ...)
 
 'sandpool COMMAND --help' describes each command.

@@ -8,8 +8,10 @@
 
 #include "clients/cli/commands.h"
 #include "clients/cli/help.h"
+#include "clients/cli/map.h"
 #include "clients/cli/output.h"
 #include "clients/cli/session.h"
+#include "clients/cli/top.h"
 
 int main(int argc, char** argv) {
   using namespace sandpool::cli;
@@ -43,6 +45,8 @@ int main(int argc, char** argv) {
   if (command == "cancel") return CancelCommand(rest, g);
   if (command == "status") return StatusCommand(rest, g);
   if (command == "session") return SessionCommand(rest, g);
+  if (command == "top") return TopCommand(rest, g);
+  if (command == "map") return MapCommand(rest, g);
   PrintError("unknown command '" + command + "'; see 'sandpool --help'");
   return kExitUsage;
 }

@@ -127,17 +127,18 @@ class MetricsServerTest : public ::testing::Test {
 };
 
 TEST_F(MetricsServerTest, MetricsEndpointServesTextFormat) {
+  size_t t = metrics_.AddTemplate("default", 4);
   metrics_.JobReceived();
-  metrics_.JobCompleted("memory_limit");
-  metrics_.ObserveRunDuration(0.3);
+  metrics_.JobCompleted("default", "memory_limit");
+  metrics_.ObserveRunDuration(t, 0.3);
   HttpResponse r = Get(base_.get(), server_->BoundPort(), "/metrics");
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.Header("Content-Type").rfind("text/plain; version=0.0.4", 0), 0u) << r.headers;
   EXPECT_NE(r.body.find("\nsandpool_jobs_received_total 1\n"), std::string::npos) << r.body;
-  EXPECT_NE(r.body.find("sandpool_jobs_completed_total{outcome=\"memory_limit\"} 1\n"),
+  EXPECT_NE(r.body.find("sandpool_jobs_completed_total{outcome=\"memory_limit\",template=\"default\"} 1\n"),
             std::string::npos);
-  EXPECT_NE(r.body.find("sandpool_job_run_seconds_bucket{le=\"0.5\"} 1\n"), std::string::npos);
-  EXPECT_NE(r.body.find("sandpool_job_run_seconds_count 1\n"), std::string::npos);
+  EXPECT_NE(r.body.find("sandpool_job_run_seconds_bucket{template=\"default\",le=\"0.5\"} 1\n"), std::string::npos);
+  EXPECT_NE(r.body.find("sandpool_job_run_seconds_count{template=\"default\"} 1\n"), std::string::npos);
 
   // Values move between scrapes; a query string does not change the route.
   metrics_.JobReceived();

@@ -174,7 +174,7 @@ TEST(ProtocolVectors, ArgvJobEncodesToVector) {
 TEST(ProtocolVectors, Rejections) {
   EXPECT_EQ(DecodeError(Hex("c1")), ErrorCode::kBadPayload);
   EXPECT_EQ(DecodeError(Hex("93 01 02 03")), ErrorCode::kBadPayload);
-  EXPECT_EQ(DecodeError(Hex("82 a1 76 04 a2 69 64 a2 74 36")), ErrorCode::kBadVersion);
+  EXPECT_EQ(DecodeError(Hex("82 a1 76 05 a2 69 64 a2 74 36")), ErrorCode::kBadVersion);
   EXPECT_EQ(DecodeError(Hex("83 a1 76 01 a2 69 64 a2 74 34 a5 73 68 65 6c 6c 2a")),
             ErrorCode::kBadField);
   EXPECT_EQ(DecodeError(Hex("83 a1 76 01 a2 69 64 a2 74 35 a3 66 6f 6f c3")),
@@ -770,6 +770,30 @@ TEST(Egress, Version3JobsNarrowAndResultsShowThePolicy) {
   auto with = DecodeResult(EncodeResult(r));
   ASSERT_TRUE(with && with->network);
   EXPECT_EQ(*with->network, *r.network);
+}
+
+TEST(EntryNotify, Targets) {
+  auto target = [](const char* n, const char* r, bool hn, bool hr) { return EntryNotifyTarget(n, r, hn, hr); };
+  EXPECT_EQ(std::get<std::string>(target("", "", false, false)), "");
+  EXPECT_EQ(std::get<std::string>(target("batch-1", "", true, false)), "batch-1");
+  EXPECT_EQ(std::get<std::string>(target("batch-1", "1", true, true)), "batch-1!");
+  EXPECT_EQ(std::get<std::string>(target("batch-1", "0", true, true)), "batch-1");
+  for (auto bad : {target("", "", true, false), target("a b", "", true, false), target("x!", "", true, false),
+                   target(std::string(129, 'a').c_str(), "", true, false), target("b", "yes", true, true),
+                   target("", "1", false, true)}) {
+    ASSERT_TRUE(std::holds_alternative<JobError>(bad));
+    EXPECT_EQ(std::get<JobError>(bad).code, ErrorCode::kBadField);
+  }
+}
+
+TEST(EntryNotify, Version4JobMapsDecode) {
+  JobSpec spec;
+  spec.version = 4;
+  spec.id = "n1";
+  spec.shell = "true";
+  auto decoded = DecodeJob(EncodeJob(spec), ServerLimits{});
+  ASSERT_TRUE(std::holds_alternative<JobSpec>(decoded));
+  EXPECT_EQ(std::get<JobSpec>(decoded).version, 4u);
 }
 
 }  // namespace

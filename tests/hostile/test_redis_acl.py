@@ -21,7 +21,7 @@ ACL_CLIENT = ("sandpool-client on >{pw} resetkeys resetchannels -@all +ping +hel
               "(+subscribe +unsubscribe &sandpool:out:*) (+publish &sandpool:cancel)")
 ACL_DAEMON = ("sandpool-daemon on >{pw} resetkeys resetchannels -@all +ping +hello +auth +select +client|setname "
               "+client|list +info +xreadgroup +xack +xdel +xautoclaim +xclaim +xpending +xrange +xgroup|create +xinfo|groups "
-              "+xlen +xadd +eval +time +del +get +set +hset +hget +hgetall +hmget +exists +expire +publish +subscribe "
+              "+xlen +xadd +eval +evalsha +script|load +time +del +get +set +hset +hget +hgetall +hmget +exists +expire +publish +subscribe "
               "+unsubscribe ~sandpool:* &sandpool:*")
 
 
@@ -127,6 +127,8 @@ def test_client_user_can_cancel(acl_setup):
     ("CONFIG", "GET", "*"),
     ("FLUSHALL",),
     ("EVAL", "return 1", "0"),
+    ("EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"),
+    ("SCRIPT", "LOAD", "return 1"),
     ("PUBLISH", "sandpool:out:x", "forged"),
     ("GET", "sandpool:daemon:x"),
     ("ACL", "LIST"),

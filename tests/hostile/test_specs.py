@@ -49,7 +49,7 @@ def test_undecodable_payloads(pool, raw):
 
 
 @pytest.mark.parametrize("fields,code", [
-    ({"v": 4}, "bad_version"),
+    ({"v": 5}, "bad_version"),  # 4 is the completion streams version (PROTOCOL.md section 21)
     ({"v": 0}, "bad_version"),
     ({"v": -1}, "bad_version"),
     ({"v": "1"}, "bad_version"),

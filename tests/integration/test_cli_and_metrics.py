@@ -65,8 +65,8 @@ def test_metrics_livez_readyz(redis_server, daemons):
     assert cli(redis_server, "run", "--shell", "exit 0").returncode == 0
     assert cli(redis_server, "run", "--shell", "exit 1").returncode == 1
     body = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
-    assert 'sandpool_jobs_completed_total{outcome="exit"} 2' in body, body
+    assert 'sandpool_jobs_completed_total{outcome="exit",template="default"} 2' in body, body
     assert "sandpool_jobs_received_total 2" in body
-    assert 'sandpool_job_run_seconds_bucket{le="0.0005"}' in body
+    assert 'sandpool_job_run_seconds_bucket{template="default",le="0.0005"}' in body
     assert 'sandpool_workers{state="ready"}' in body
     assert "sandpool_redis_up 1" in body

@@ -1,6 +1,8 @@
 """Python client for sandpool, the self-hosted sandbox worker pool.
 
-Talks only to Redis, following docs/PROTOCOL.md (version 1: jobs; version 2: sessions)::
+Talks only to Redis, following docs/PROTOCOL.md (version 1: jobs; version 2: sessions; version 4:
+completion streams, for ``map`` and ``submit_many``).  ``AsyncClient`` is the asyncio twin of
+``Client``.  Every error raised is a ``SandpoolError``::
 
     from sandpool import Client
 
@@ -10,18 +12,32 @@ Talks only to Redis, following docs/PROTOCOL.md (version 1: jobs; version 2: ses
 """
 
 from ._url import DEFAULT_URL, RedisAddress, parse_redis_url
-from .client import URL_ENV, Client, JobStatus, Keys, WaitTimeout, new_job_id
+from ._batch import Progress
+from .aio import AsyncClient, AsyncSession
+from .client import URL_ENV, Client, JobStatus, Keys, new_job_id
+from .errors import (
+    InvalidOptionError,
+    ProtocolError,
+    SandpoolConnectionError,
+    SandpoolError,
+    SandpoolTimeout,
+    WaitTimeout,
+)
 from .session import OpResult, Process, Session, SessionError, SessionInfo
 from .protocol import (
     ERROR_CODES,
     EVENT_TYPES,
+    JOB_OPTIONS,
+    NOTIFY_PROTOCOL_VERSION,
     OUTCOMES,
     PROTOCOL_VERSION,
+    Completion,
     ErrorInfo,
     Event,
-    ProtocolError,
+    Job,
     Result,
     build_job_map,
+    decode_completion,
     decode_event,
     decode_result,
     encode_job,
@@ -29,7 +45,19 @@ from .protocol import (
 )
 
 __all__ = [
+    "AsyncClient",
+    "AsyncSession",
     "Client",
+    "Completion",
+    "InvalidOptionError",
+    "JOB_OPTIONS",
+    "Job",
+    "NOTIFY_PROTOCOL_VERSION",
+    "Progress",
+    "SandpoolConnectionError",
+    "SandpoolError",
+    "SandpoolTimeout",
+    "decode_completion",
     "DEFAULT_URL",
     "ERROR_CODES",
     "EVENT_TYPES",

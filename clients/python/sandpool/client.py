@@ -10,10 +10,13 @@ uses its own pub/sub connection, closed when it returns.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import os
 import secrets
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, NoReturn, Optional,
+                    Sequence, TypeVar, Union)
 
 import msgpack
 
@@ -22,15 +25,21 @@ import redis
 if TYPE_CHECKING:  # pragma: no cover
     from .session import Session
 
+from ._batch import total_of, SUBMIT_CHUNK, READ_COUNT, JobLike, MapState, Progress, encode_entries, new_stream_name
 from ._url import DEFAULT_URL, RedisAddress, parse_redis_url
+from .errors import WaitTimeout, check_options, translate_errors
 from .protocol import (
+    JOB_OPTIONS,
+    BytesLike,
     Event,
+    Job,
     ProtocolError,
     Result,
     build_job_map,
     decode_event,
     decode_result,
     encode_job,
+    entry_fields,
     valid_job_id,
 )
 
@@ -44,13 +53,30 @@ OutputCallback = Callable[[bytes], None]
 
 _CONN_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
+#: Options of map() applied to every job that does not set them itself.
+MAP_DEFAULTS = ("template", "env", "cwd", "timeout_ms", "max_output_bytes", "retries", "memory_bytes", "pids",
+                "cpu_time_ms")
 
-class WaitTimeout(TimeoutError):
-    """Waiting for a job ended before its result arrived.  The job itself is not affected."""
+T = TypeVar("T")
 
-    def __init__(self, job_id: str, waited: float) -> None:
-        super().__init__(f"job {job_id} has no result after {waited:.1f} s")
-        self.job_id = job_id
+
+def job_of(where: str, options: Mapping[str, Any], unknown: Mapping[str, Any]) -> Job:
+    """The Job of a call's keyword options (its locals()); a misspelt one raises
+    InvalidOptionError naming every keyword the call takes."""
+    check_options(unknown, [k for k in options if k not in ("self", "unknown")], where)
+    return Job(**{k: v for k, v in options.items() if k in JOB_OPTIONS})
+
+
+def map_defaults(jobs: Iterable[JobLike], defaults: Mapping[str, Any]) -> Iterator[Job]:
+    """Each job with the map's default options filled in where it left them unset."""
+    from .protocol import as_job
+
+    given = {k: v for k, v in defaults.items() if v is not None}
+    for j in jobs:
+        job = as_job(j)
+        if given:
+            job = dataclasses.replace(job, **{k: v for k, v in given.items() if getattr(job, k) is None})
+        yield job
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +101,38 @@ class JobStatus:
     def terminal(self) -> bool:
         """True once the result is stored (PROTOCOL.md section 4)."""
         return self.has_result
+
+    @classmethod
+    def from_reply(cls, job_id: str, raw_fields: Mapping[bytes, bytes], exists: Any) -> "JobStatus":
+        """From the replies of HGETALL on the job hash and EXISTS on the result key."""
+        fields = {
+            k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+            for k, v in raw_fields.items()
+        }
+        attempt: Optional[int]
+        try:
+            attempt = int(fields["attempt"]) if "attempt" in fields else None
+        except ValueError:
+            attempt = None
+        return cls(
+            job_id=job_id,
+            state=fields.get("state"),
+            entry=fields.get("entry"),
+            consumer=fields.get("consumer"),
+            attempt=attempt,
+            cancel_requested=fields.get("cancel", "0") not in ("", "0"),
+            has_result=bool(exists),
+            fields=fields,
+        )
+
+
+def cancel_commands(keys: "Keys", job_ids: Iterable[str]) -> List[tuple]:
+    """The commands of PROTOCOL.md section 7 for each job, to send in one MULTI block."""
+    out: List[tuple] = []
+    for job_id in job_ids:
+        out += [("HSET", keys.job(job_id), "cancel", 1), ("EXPIRE", keys.job(job_id), CANCEL_TTL_SECONDS),
+                ("PUBLISH", keys.cancel, job_id)]
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +196,7 @@ def _check_id(job_id: str) -> str:
     return job_id
 
 
+@translate_errors
 class Client:
     """A connection to one sandpool deployment (a Redis server, a key prefix and a queue).
 
@@ -192,36 +251,174 @@ class Client:
 
     # -- submitting --------------------------------------------------------------------------
 
-    def submit(self, *, job_id: Optional[str] = None, **job: Any) -> str:
+    def submit(
+        self,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        shell: Optional[str] = None,
+        code: Optional[str] = None,
+        runtime: Optional[str] = None,
+        template: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Optional[Union[BytesLike, str]] = None,
+        timeout_ms: Optional[int] = None,
+        max_output_bytes: Optional[int] = None,
+        retries: Optional[int] = None,
+        memory_bytes: Optional[int] = None,
+        pids: Optional[int] = None,
+        cpu_time_ms: Optional[int] = None,
+        job_id: Optional[str] = None,
+        **unknown: NoReturn,
+    ) -> str:
         """Enqueue a job and return its id (a random 128-bit hex id unless ``job_id`` is given).
 
-        ``job`` are the keyword arguments of :func:`sandpool.protocol.build_job_map`: exactly one
-        of ``argv`` (run directly), ``shell`` (run as ``/bin/sh -c``) or ``code`` with ``runtime``
-        (``"python"``, ``"node"``, ``"bash"``: run in a warm interpreter), and optionally
-        ``template``, ``env``, ``cwd``, ``stdin``, ``timeout_ms``, ``max_output_bytes``,
-        ``retries``, ``memory_bytes``, ``pids``, ``cpu_time_ms``.  Raises ``ValueError`` for
-        input no daemon could accept; limits are judged by the daemon (it clamps, or stores an
-        error result).  Submitting an id that already ran is a no-op on the daemon side
-        (idempotency): the original result stands.  Does not wait; see :meth:`result` and
-        :meth:`stream`.
+        The options are those of PROTOCOL.md section 3: exactly one of ``argv`` (run directly),
+        ``shell`` (run as ``/bin/sh -c``) or ``code`` with ``runtime`` (``"python"``, ``"node"``,
+        ``"bash"``: run in a warm interpreter), and optionally ``template``, ``env``, ``cwd``,
+        ``stdin``, ``timeout_ms``, ``max_output_bytes``, ``retries``, ``memory_bytes``, ``pids``,
+        ``cpu_time_ms``.  A misspelt option raises :class:`~sandpool.InvalidOptionError` naming
+        the valid ones; ``ValueError`` for input no daemon could accept; limits are judged by the
+        daemon (it clamps, or stores an error result).  Submitting an id that already ran is a
+        no-op on the daemon side (idempotency): the original result stands.  Does not wait; see
+        :meth:`result` and :meth:`stream`.
         """
+        job = job_of("submit", dict(locals()), unknown)
         job_id = new_job_id() if job_id is None else job_id
-        self._xadd(job_id, encode_job(build_job_map(job_id, **job)))
+        self._xadd(job_id, encode_job(build_job_map(job_id, **job.options())))
         return job_id
 
+    def submit_many(self, jobs: Iterable[JobLike], *, notify: Optional[str] = None,
+                    notify_result: bool = False) -> List[str]:
+        """Enqueue many jobs in pipelined round trips (PROTOCOL.md section 21) and return their ids.
+
+        Each job is a :class:`Job`, a mapping of options (``id`` included) or a shell line.  Jobs
+        without an id get ``<batch>-<index>`` (random batch).  With ``notify``, every job's end is
+        recorded on the completion stream of that name (``notify_result``: with its result);
+        follow it with :meth:`completions`.  Resubmitting the same ids after a crash runs nothing
+        twice.
+        """
+        entries = encode_entries(jobs, notify, notify_result, new_stream_name("batch"))
+        q = self.keys.queue(self.queue)
+        for i in range(0, len(entries), SUBMIT_CHUNK):
+            pipe = self.redis.pipeline(transaction=False)
+            for _, fields in entries[i:i + SUBMIT_CHUNK]:
+                pipe.xadd(q, fields)
+            pipe.execute()
+        return [job_id for job_id, _ in entries]
+
+    def completions(self, notify: str, *, after: str = "0", block_ms: int = 1000) -> Iterator[Any]:
+        """Yield ``(stream id, Completion)`` of the completion stream ``notify`` from ``after``,
+        forever (stop iterating when you have what you need; remember the last stream id to go
+        on from there after a reconnect)."""
+        from .protocol import decode_completion
+
+        key = f"{self.prefix}:notify:{notify}"
+        while True:
+            for _key, entries in self.redis.xread({key: after}, count=READ_COUNT, block=block_ms) or []:
+                for entry_id, fields in entries:
+                    after = entry_id.decode()
+                    yield after, decode_completion(fields)
+
+    def map(
+        self,
+        jobs: Iterable[JobLike],
+        *,
+        concurrency: int = 64,
+        ordered: bool = False,
+        on_progress: Optional[Callable[[Progress], None]] = None,
+        template: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        max_output_bytes: Optional[int] = None,
+        retries: Optional[int] = None,
+        memory_bytes: Optional[int] = None,
+        pids: Optional[int] = None,
+        cpu_time_ms: Optional[int] = None,
+        **unknown: NoReturn,
+    ) -> Iterator[Result]:
+        """Run many jobs and yield their :class:`Result` as they finish (``ordered``: in input
+        order), with at most ``concurrency`` submitted and not finished at any time.
+
+        ``jobs``: :class:`Job`, mappings of options or shell lines (read lazily).  The keyword
+        options are defaults for jobs that do not set them.  A job's failure is its Result (errors
+        as values); only the client's own problems raise.  ``on_progress`` gets a
+        :class:`Progress` after each result.  Closing the iterator early (``break``, Ctrl-C, an
+        exception) cancels the jobs still in flight.  Follows one completion stream (PROTOCOL.md
+        section 21), deleted at the end.
+        """
+        check_options(unknown, MAP_DEFAULTS + ("concurrency", "ordered", "on_progress"), "map")
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise ValueError(f"concurrency must be an int >= 1 (got {concurrency!r})")
+        defaults = {k: v for k, v in locals().items() if k in MAP_DEFAULTS}
+        state = MapState(map_defaults(jobs, defaults), concurrency=concurrency, ordered=ordered,
+                         prefix=self.prefix, on_progress=on_progress, total=total_of(jobs))
+        return self._map(state)
+
+    def _map(self, state: MapState) -> Iterator[Result]:
+        q = self.keys.queue(self.queue)
+        try:
+            while not state.finished:
+                entries = state.to_submit()
+                if entries:
+                    pipe = self.redis.pipeline(transaction=False)
+                    for _, fields in entries:
+                        pipe.xadd(q, fields)
+                    pipe.execute()
+                if state.finished:
+                    break
+                reply = self.redis.xread({state.stream_key: state.last_id}, count=READ_COUNT, block=1000)
+                fetch: List[str] = []
+                for _key, records in reply or []:
+                    for entry_id, fields in records:
+                        ready, more = state.on_record(entry_id, fields)
+                        fetch += more
+                        yield from ready
+                for job_id in fetch:
+                    yield from state.on_fetched(job_id, self._get_result(job_id))
+        finally:
+            outstanding = state.outstanding()
+            try:
+                if outstanding:
+                    self._cancel_many(outstanding)
+                self.redis.delete(state.stream_key)
+            except _CONN_ERRORS:
+                pass  # Redis is away: the stream expires on its own
+
+    def _cancel_many(self, job_ids: List[str]) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        for args in cancel_commands(self.keys, job_ids):
+            pipe.execute_command(*args)
+        pipe.execute()
+
     def _xadd(self, job_id: str, payload: bytes) -> None:
-        self.redis.xadd(self.keys.queue(self.queue), {"id": job_id, "job": payload})
+        self.redis.xadd(self.keys.queue(self.queue), entry_fields(job_id, payload))
 
     def run(
         self,
         *,
+        argv: Optional[Sequence[str]] = None,
+        shell: Optional[str] = None,
+        code: Optional[str] = None,
+        runtime: Optional[str] = None,
+        template: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        stdin: Optional[Union[BytesLike, str]] = None,
+        timeout_ms: Optional[int] = None,
+        max_output_bytes: Optional[int] = None,
+        retries: Optional[int] = None,
+        memory_bytes: Optional[int] = None,
+        pids: Optional[int] = None,
+        cpu_time_ms: Optional[int] = None,
         job_id: Optional[str] = None,
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
         wait_timeout: Optional[float] = None,
-        **job: Any,
+        **unknown: NoReturn,
     ) -> Result:
-        """Submit a job (``job`` as for :meth:`submit`), deliver its output live, and return its
+        """Submit a job (options as for :meth:`submit`), deliver its output live, and return its
         :class:`Result`.
 
         Subscribes to the job's channel before submitting, so no event is missed while the
@@ -236,8 +433,9 @@ class Client:
         goes on; fetch it later with :meth:`result`).  Exceptions raised by a callback propagate
         and end the wait, not the job.
         """
+        job = job_of("run", dict(locals()), unknown)
         job_id = new_job_id() if job_id is None else job_id
-        payload = encode_job(build_job_map(job_id, **job))
+        payload = encode_job(build_job_map(job_id, **job.options()))
         deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
         started_at = time.monotonic()
         pubsub = self._subscribe(job_id)
@@ -385,13 +583,7 @@ class Client:
         A queued job (or one not submitted yet) will never start; a running job is killed and
         keeps its output so far; a finished job is unaffected.  The outcome shows in the result.
         """
-        _check_id(job_id)
-        key = self.keys.job(job_id)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(key, "cancel", 1)
-        pipe.expire(key, CANCEL_TTL_SECONDS)
-        pipe.publish(self.keys.cancel, job_id)
-        pipe.execute()
+        self._cancel_many([_check_id(job_id)])
 
     def status(self, job_id: str) -> JobStatus:
         """Read the job hash and whether the result exists, atomically (one MULTI block)."""
@@ -400,25 +592,7 @@ class Client:
         pipe.hgetall(self.keys.job(job_id))
         pipe.exists(self.keys.result(job_id))
         raw_fields, exists = pipe.execute()
-        fields = {
-            k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
-            for k, v in raw_fields.items()
-        }
-        attempt: Optional[int]
-        try:
-            attempt = int(fields["attempt"]) if "attempt" in fields else None
-        except ValueError:
-            attempt = None
-        return JobStatus(
-            job_id=job_id,
-            state=fields.get("state"),
-            entry=fields.get("entry"),
-            consumer=fields.get("consumer"),
-            attempt=attempt,
-            cancel_requested=fields.get("cancel", "0") not in ("", "0"),
-            has_result=bool(exists),
-            fields=fields,
-        )
+        return JobStatus.from_reply(job_id, raw_fields, exists)
 
 
 def _close_quietly(pubsub: "redis.client.PubSub") -> None:

@@ -21,7 +21,12 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 import msgpack
 
+from .errors import ProtocolError, check_options
+
 PROTOCOL_VERSION = 1
+#: The version of job maps in entries that name a completion stream (PROTOCOL.md section 21),
+#: and the highest version this client speaks.
+NOTIFY_PROTOCOL_VERSION = 4
 
 #: Event types of PROTOCOL.md section 6.
 EVENT_TYPES = ("started", "stdout", "stderr", "exited")
@@ -61,10 +66,6 @@ _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _UINT64_MAX = 2**64 - 1
 
 BytesLike = Union[bytes, bytearray, memoryview]
-
-
-class ProtocolError(ValueError):
-    """A message from the daemon (result or event) could not be decoded."""
 
 
 def valid_job_id(job_id: object) -> bool:
@@ -109,6 +110,7 @@ def build_job_map(
     memory_bytes: Optional[int] = None,
     pids: Optional[int] = None,
     cpu_time_ms: Optional[int] = None,
+    version: int = PROTOCOL_VERSION,
 ) -> Dict[str, Any]:
     """Build the job map of PROTOCOL.md section 3, fields in the documented order.
 
@@ -124,7 +126,7 @@ def build_job_map(
         raise ValueError("code and runtime go together")
     if runtime is not None and runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)} (got {runtime!r})")
-    m: Dict[str, Any] = {"v": PROTOCOL_VERSION, "id": job_id}
+    m: Dict[str, Any] = {"v": version, "id": job_id}
     if code is not None:
         m["code"] = _check_text("code", code)
         m["runtime"] = runtime
@@ -174,6 +176,55 @@ def build_job_map(
         if value is not None:
             m[name] = _check_uint(name, value, minimum=1)
     return m
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One job's options (PROTOCOL.md section 3), for :meth:`Client.map` and ``submit_many``.
+
+    Exactly one of ``argv``, ``shell`` or ``code`` (with ``runtime``).  ``id`` is the job id (a
+    random or batch-derived one when ``None``); give stable ids to resubmit a batch after a crash
+    without running anything twice.
+    """
+
+    argv: Optional[Sequence[str]] = None
+    shell: Optional[str] = None
+    code: Optional[str] = None
+    runtime: Optional[str] = None
+    template: Optional[str] = None
+    env: Optional[Mapping[str, str]] = None
+    cwd: Optional[str] = None
+    stdin: Optional[Union[BytesLike, str]] = None
+    timeout_ms: Optional[int] = None
+    max_output_bytes: Optional[int] = None
+    retries: Optional[int] = None
+    memory_bytes: Optional[int] = None
+    pids: Optional[int] = None
+    cpu_time_ms: Optional[int] = None
+    id: Optional[str] = None
+
+    def options(self) -> Dict[str, Any]:
+        """The options given (not None), without ``id``."""
+        return {f: getattr(self, f) for f in JOB_OPTIONS if getattr(self, f) is not None}
+
+
+#: The names of a job's options: the keyword arguments of submit, run and Job.
+JOB_OPTIONS = tuple(f.name for f in dataclasses.fields(Job) if f.name != "id")
+
+
+def as_job(job: Union[Job, Mapping[str, Any], str], where: str = "job") -> Job:
+    """A :class:`Job` from a Job, a mapping of options (``id`` allowed) or a shell line (str).
+
+    A misspelt option raises :class:`~sandpool.errors.InvalidOptionError` naming the valid ones.
+    """
+    if isinstance(job, Job):
+        return job
+    if isinstance(job, str):
+        return Job(shell=job)
+    if isinstance(job, Mapping):
+        check_options(job, JOB_OPTIONS + ("id",), where)
+        return Job(**job)
+    raise ValueError(f"{where}: a Job, a mapping of options or a shell line, not {type(job).__name__}")
 
 
 def encode_job(job_map: Mapping[str, Any]) -> bytes:
@@ -317,6 +368,59 @@ class Result:
             attempt=_as_int(m.get("attempt"), "attempt"),
             error=error,
         )
+
+
+def entry_fields(job_id: str, payload: bytes, notify: Optional[str] = None,
+                 notify_result: bool = False) -> Dict[str, Union[str, bytes]]:
+    """The fields of a queue entry (PROTOCOL.md sections 2 and 21).  With ``notify`` the payload
+    must be a job map of version 4 (:data:`NOTIFY_PROTOCOL_VERSION`)."""
+    fields: Dict[str, Union[str, bytes]] = {"id": job_id, "job": payload}
+    if notify is not None:
+        if not valid_job_id(notify):
+            raise ValueError(f"invalid notify stream name {notify!r}: need 1..128 characters of [A-Za-z0-9._:-]")
+        fields["notify"] = notify
+        if notify_result:
+            fields["notify_result"] = "1"
+    return fields
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """One record of a completion stream (PROTOCOL.md section 21).
+
+    ``result`` is the decoded result when the record carries it; ``result_bytes`` the result's
+    size when it was asked for but too large to carry (fetch it with GET).
+    """
+
+    id: str
+    outcome: str
+    exit_code: Optional[int]
+    error: Optional[str] = None
+    result: Optional[Result] = None
+    result_bytes: Optional[int] = None
+
+
+def decode_completion(fields: Mapping[Any, Any]) -> Completion:
+    """Decode the fields of a completion record (keys and values as bytes or str)."""
+    f = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
+
+    def text(name: str) -> Optional[str]:
+        v = f.get(name)
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+    job_id, outcome = text("id"), text("outcome")
+    if not job_id or outcome is None:
+        raise ProtocolError("completion record without id or outcome", code="bad_payload")
+    code = text("exit_code")
+    try:
+        exit_code = int(code) if code else None
+        size = int(text("result_bytes") or "0") or None
+    except ValueError:
+        raise ProtocolError(f"completion record of {job_id}: bad number", code="bad_payload") from None
+    raw = f.get("result")
+    result = decode_result(raw if isinstance(raw, bytes) else raw.encode()) if raw is not None else None
+    return Completion(id=job_id, outcome=outcome, exit_code=exit_code, error=text("error"),
+                      result=result, result_bytes=size)
 
 
 def decode_result(data: bytes) -> Result:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 import msgpack
 
+from .errors import SandpoolError, translate_errors
 from .protocol import ErrorInfo, ProtocolError, Result, build_job_map, valid_job_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,7 +43,7 @@ _SESSION_ERRORS = ("session_not_found", "session_lost", "session_stopped", "sess
 _EXEC_FIELDS = ("argv", "shell", "code", "runtime", "env", "cwd", "stdin", "timeout_ms", "max_output_bytes")
 
 
-class SessionError(Exception):
+class SessionError(SandpoolError):
     """An operation ended with an error (PROTOCOL.md section 19): ``code``, ``message``,
     ``retryable``."""
 
@@ -138,6 +139,7 @@ class SessionInfo:
         )
 
 
+@translate_errors
 class Process:
     """A background process of a session (``spawn``). ``pid`` is the session's id for it."""
 
@@ -177,6 +179,7 @@ class Process:
         return f"Process({self.session.id!r}, {self.pid!r})"
 
 
+@translate_errors
 class Session:
     """A handle on one session id. Creating the handle does nothing; :meth:`start` creates the
     session (or connects to it, or resumes it). Every method is one operation."""

@@ -382,7 +382,7 @@ def hexbytes(s: str) -> bytes:
         # the rejection vectors of PROTOCOL.md section 11
         (hexbytes("c1"), "bad-c1", "bad_payload"),
         (hexbytes("93 01 02 03"), "bad-array", "bad_payload"),
-        (hexbytes("82 a1 76 04 a2 69 64 a2 74 36"), "t6", "bad_version"),
+        (hexbytes("82 a1 76 05 a2 69 64 a2 74 36"), "t6", "bad_version"),
         (hexbytes("83 a1 76 01 a2 69 64 a2 74 34 a5 73 68 65 6c 6c 2a"), "t4", "bad_field"),
         (hexbytes("83 a1 76 01 a2 69 64 a2 74 35 a3 66 6f 6f c3"), "t5", "bad_field"),
     ],

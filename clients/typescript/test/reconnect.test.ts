@@ -64,12 +64,13 @@ describe("reconnection", () => {
       const n = 6;
       const lines = 8;
       const runs = Array.from({ length: n }, (_, k) => runCollecting(c, { shell: ticker(`job${k}`, lines, 0.4) }));
+      const events: JobEvent[] = [];
       const followed = (async () => {
-        const events: JobEvent[] = [];
         for await (const ev of c.events({ shell: ticker("ev", lines, 0.4) })) events.push(ev);
         return events;
       })();
-      await sleep(900); // some output was delivered live
+      // Some output was delivered live (waited for, not slept for: a loaded machine starts late).
+      await waitFor(() => events.some((e) => e instanceof OutputEvent), WAIT, "live output of the followed job");
       await dep.redis.stopServer();
       // Commands issued while Redis is away wait and are retried when it is back.
       const late = c.submit({ shell: "echo submitted-while-down" });
@@ -83,7 +84,7 @@ describe("reconnection", () => {
         assert.deepEqual(Buffer.concat(chunks), result.stdout, `job ${k}: chunks do not add up`);
       });
       // One job followed with events(): its output after the outage was rebuilt from the result.
-      const events = await followed;
+      await followed;
       const last = events.at(-1);
       assert.ok(last?.type === "exited" && last.result.ok);
       const out = events.filter((e): e is OutputEvent => e instanceof OutputEvent);

@@ -20,7 +20,7 @@ export const VECTOR_STARTED = hex(`85 a1 76 01 a4 74 79 70 65 a7 73 74 61 72 74 
 export const REJECTION_VECTORS: [string, Buffer, string][] = [
   ["c1", hex("c1"), "bad_payload"],
   ["array", hex("93 01 02 03"), "bad_payload"],
-  ["v4", hex("82 a1 76 04 a2 69 64 a2 74 36"), "bad_version"],
+  ["v5", hex("82 a1 76 05 a2 69 64 a2 74 36"), "bad_version"],
   ["shell-int", hex("83 a1 76 01 a2 69 64 a2 74 34 a5 73 68 65 6c 6c 2a"), "bad_field"],
   ["unknown-foo", hex("83 a1 76 01 a2 69 64 a2 74 35 a3 66 6f 6f c3"), "bad_field"],
 ];

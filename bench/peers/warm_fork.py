@@ -1,0 +1,97 @@
+"""The floor for a warm Python job (issue 18): a warm python3, no sandbox, no queue, that forks a
+child per snippet; the child compiles and runs it (stdout to /dev/null) and ends with os._exit.
+The parent preloads the modules sandpool's python template preloads, turns the collector off and
+freezes its heap first (gc.freeze), which is the best a fork server does here
+(shared/reference/floor-pieces.md, variant 2b). K children are kept in flight until N are done.
+
+Prints one JSON line per in-flight count, in sandpool_bench's shape (system python3-warm-fork):
+jobs/s, latency percentiles (fork to reaped) and the CPU per job of the parent and its children
+(rusage), the figure sandpool's CPU per job is held against.
+
+  /usr/bin/python3 bench/peers/warm_fork.py --n 600 --inflight 8,64 [--code 'print(1)']
+"""
+
+import argparse
+import gc
+import json
+import os
+import resource
+import sys
+import time
+
+# What sandpool's python template preloads (worker/zygote.cc), so the child's work is the same.
+import errno, json as _j, types, traceback  # noqa: E401,F401
+import re, math, collections, itertools, functools, datetime, random, string, io, struct, base64  # noqa: E401,F401
+
+
+def cpu_us():
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime) * 1e6
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return 0.0
+    k = min(len(xs) - 1, max(0, int(round(p / 100 * (len(xs) - 1)))))
+    return xs[k]
+
+
+def run(code, n, k):
+    devnull = os.open("/dev/null", os.O_WRONLY)
+    running = {}
+    samples = []
+    started = finished = errors = 0
+    c0, t0 = cpu_us(), time.monotonic()
+    while finished < n:
+        while started < n and len(running) < k:
+            ts = time.monotonic()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.dup2(devnull, 1)
+                    exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
+                    sys.stdout.flush()
+                    os._exit(0)
+                except BaseException:
+                    os._exit(1)
+            running[pid] = ts
+            started += 1
+        pid, st = os.wait()
+        ts = running.pop(pid, None)
+        if ts is None:
+            continue
+        samples.append((time.monotonic() - ts) * 1000)
+        if st != 0:
+            errors += 1
+        finished += 1
+    wall, cpu = time.monotonic() - t0, cpu_us() - c0
+    os.close(devnull)
+    return {"system": "python3-warm-fork", "variant": "none", "mode": "throughput",
+            "command": code, "measured": True, "inflight": k, "n": finished, "errors": errors, "lost": 0,
+            "p50_ms": pct(samples, 50), "p90_ms": pct(samples, 90), "p99_ms": pct(samples, 99),
+            "max_ms": pct(samples, 100), "wall_s": wall, "per_s": finished / wall,
+            "cpu_ms_per_job_peer": cpu / 1000 / finished}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=600)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--inflight", default="8,64")
+    ap.add_argument("--code", default="print(1)")
+    a = ap.parse_args()
+    gc.disable()
+    gc.collect()
+    gc.freeze()
+    for k in (int(x) for x in a.inflight.split(",")):
+        run(a.code, a.warmup, k)
+        m = run(a.code, a.n, k)
+        print(json.dumps(m), flush=True)
+        print(f"python3-warm-fork throughput [{a.code}] x{k}  n={m['n']}  p50 {m['p50_ms']:.3f} ms  "
+              f"{m['per_s']:.1f} /s  cpu {m['cpu_ms_per_job_peer']:.3f} ms/job", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

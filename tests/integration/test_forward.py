@@ -1,0 +1,67 @@
+"""Forward queues are read when they may hold something, not on every free slot (issue 18: that
+was most of a job's Redis calls): when a daemon announces a forward, and at every heartbeat in
+case the announcement was lost (pub/sub is at most once)."""
+
+import os
+import subprocess
+import tempfile
+
+import msgpack
+
+from sandpool_harness import job_map, new_id, submit, wait_for, wait_results
+
+
+FWD = "sandpool:fwd:default:python"
+PY_ONLY = ["--workers", "1", "--max-workers", "1", "--python-workers", "1", "--python-max-workers", "1",
+           "--node-workers", "0"]
+
+
+def forward(r, code):
+    """Puts a python job straight into the python forward queue, as a daemon that forwards does."""
+    job_id = new_id("fwd")
+    r.xadd(FWD, {"id": job_id, "job": msgpack.packb(job_map(job_id, code=code, runtime="python"))})
+    return job_id
+
+
+def test_forwarded_entries_are_read_at_start_and_when_announced(redis_server, daemons):
+    r = redis_server.client()
+    early = [forward(r, "print(6)") for _ in range(2)]
+    # Heartbeats a minute apart: only the start and the announcement can make it look.
+    b = daemons(workers=1, extra=PY_ONLY + ["--heartbeat-ms", "60000", "--lease-ms", "180000"])
+    res = wait_results(r, early, timeout=30)
+    assert all(v["outcome"] == "exit" and v["stdout"] == b"6\n" and v["worker"] == b.consumer for v in res.values()), res
+    late = forward(r, "print(7)")
+    r.publish("sandpool:fwd", "python")
+    assert wait_results(r, [late], timeout=30)[late]["stdout"] == b"7\n"
+
+
+def test_a_forward_whose_announcement_was_lost_is_read_at_a_heartbeat(redis_server, daemons):
+    r = redis_server.client()
+    daemons(workers=1, extra=PY_ONLY + ["--heartbeat-ms", "500", "--lease-ms", "1500"])
+    ok = [submit(r, job_map(new_id("j"), code="print(1)", runtime="python")) for _ in range(2)]
+    wait_results(r, ok, timeout=30)
+    silent = forward(r, "print(8)")  # no PUBLISH, and no slot becomes ready after it
+    assert wait_results(r, [silent], timeout=20)[silent]["stdout"] == b"8\n"
+
+
+def test_a_free_slot_alone_does_not_read_the_forward_queues(redis_server, daemons):
+    r = redis_server.client()
+    # The python template gets no job here: its forward queue has nothing, and is announced nothing.
+    daemons(workers=2, extra=["--max-workers", "2", "--python-workers", "1", "--python-max-workers", "1",
+                              "--node-workers", "0", "--heartbeat-ms", "5000", "--lease-ms", "15000"])
+    wait_results(r, [submit(r, job_map(new_id("j"), shell="true")) for _ in range(3)], timeout=30)
+    with tempfile.TemporaryFile() as log:
+        mon = subprocess.Popen(["redis-cli", "-s", redis_server.sock, "monitor"], stdout=log)
+        try:
+            wait_for(lambda: log.tell() > 0 or os.fstat(log.fileno()).st_size > 0, 10, "MONITOR to start")
+            ids = [submit(r, job_map(new_id("j"), shell="true")) for _ in range(20)]
+            wait_results(r, ids, timeout=60)
+        finally:
+            mon.terminate()
+            mon.wait()
+        log.seek(0)
+        reads = [line for line in log.read().decode(errors="replace").splitlines()
+                 if '"XREADGROUP"' in line.upper() and "sandpool:fwd:default:python" in line]
+    # At a heartbeat at most (5 s apart; the 20 jobs take about a second or two). Before, each of
+    # the 20 jobs freed a slot and every forward queue was read again.
+    assert len(reads) <= 2, reads
