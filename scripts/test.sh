@@ -13,8 +13,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$(id -u)" -ne 0 ]; then exec sudo -E bash "$0" "$@"; fi
 extra_deps=""
 # CI (SANDPOOL_ALL_BUILDS) also installs systemd's tools for the unit file's checks (tests skip
-# them where systemd-analyze is missing).
-[ -n "${SANDPOOL_ALL_BUILDS:-}" ] && extra_deps="clang libclang-rt-14-dev systemd"
+# them where systemd-analyze is missing), and podman with runc for the container test, which it
+# turns on (tests/integration/test_podman.py; opt-in otherwise: SANDPOOL_CONTAINER_TESTS=1).
+if [ -n "${SANDPOOL_ALL_BUILDS:-}" ]; then
+  extra_deps="clang libclang-rt-14-dev systemd podman runc"
+  export SANDPOOL_CONTAINER_TESTS=${SANDPOOL_CONTAINER_TESTS:-1}
+fi
 SANDPOOL_DEPS_EXTRA="${SANDPOOL_DEPS_EXTRA:-} $extra_deps" bash "$root/scripts/install-deps.sh"
 jobs=$(nproc)
 werror=-DCMAKE_COMPILE_WARNING_AS_ERROR=ON

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One Node package's test suite (clients/typescript or clients/mastra) against the daemon built
+# One Node package's test suite (clients/typescript, clients/mastra or tests/deploy) against the daemon built
 # here: installs its dependencies from its lock file (npm ci), builds it, runs `npm test`.
 # Needs Node >= 20 (the packages' engines; @mastra/core asks for 22 and runs on 20).
 set -euo pipefail

@@ -37,6 +37,9 @@ def test_the_documented_capabilities_are_the_checked_ones():
     unit = (REPO / "deploy/systemd/sandpoold.service").read_text()
     bounding = re.search(r"^CapabilityBoundingSet=(.*)$", unit, re.M).group(1).split()
     assert sorted(c.lower().removeprefix("cap_") for c in bounding) == sorted(NEEDED)
+    deployment = (REPO / "deploy/kubernetes/base/sandpoold.yaml").read_text()
+    added = re.search(r"^\s*add: \[([^\]]*)\]", deployment, re.M).group(1)
+    assert sorted(c.strip().lower() for c in added.split(",")) == sorted(NEEDED)
 
 
 def test_jobs_sessions_templates_and_a_restart_with_only_the_needed_capabilities(redis_server, tmp_path):
