@@ -5,6 +5,8 @@ default route, and every refusal is checked against a second fake host that is n
 """
 
 import json
+import os
+import secrets
 import subprocess
 import sys
 
@@ -60,10 +62,10 @@ def internet(tmp_path):
     net.close()
 
 
-def start(redis_server, internet, tmp_path, conf=CONF, extra=()):
-    conf_path = tmp_path / "sandpool.conf"
+def start(redis_server, internet, tmp_path, conf=CONF, extra=(), env=None, conf_name="sandpool.conf"):
+    conf_path = tmp_path / conf_name
     conf_path.write_text(conf)
-    d = Daemon(redis_server.url, workers=1,
+    d = Daemon(redis_server.url, workers=1, env=env,
                extra=["--config", str(conf_path), "--net", "on", "--net-ip-forward", "set",
                       "--net-dns-upstream", DNS_SERVER, "--net-preview-listen", "0.0.0.0:0",
                       "--net-preview-url", f"http://{HOST_UPLINK}:{{port}}/", "--net-expose-ports", "40000-40099", *extra])
@@ -475,6 +477,151 @@ except OSError as e:
         session("stop", "s-web")
         assert fetch(internet, other).startswith("404 ")
         session("destroy", "s-web")
+    finally:
+        stop(d)
+
+
+def preview_proxy_pid(d: Daemon) -> int:
+    """The daemon's child that does not run as root: its preview proxy (keepers and the spawner
+    are root; sandboxes are their children, not the daemon's)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = open(f"/proc/{entry}/status").read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields["PPid"]) == d.proc.pid and fields["Uid"].split()[0] != "0":
+            return int(entry)
+    raise AssertionError("no preview proxy process")
+
+
+def memory_of(pid: int) -> bytes:
+    """Every readable mapping of the process (read as root)."""
+    out = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if not parts[1].startswith("r") or (len(parts) > 5 and parts[5] == "[vvar]"):
+                continue
+            try:
+                mem.seek(lo)
+                out.append(mem.read(hi - lo))
+            except (OSError, ValueError, OverflowError):
+                pass
+    return b"".join(out)
+
+
+def test_the_preview_proxy_is_its_own_program_and_holds_none_of_the_daemons_secrets(redis_server, internet, tmp_path):
+    canaries = {k: f"cnry{k}" + secrets.token_hex(12) for k in ("env", "argv", "conf")}
+    d = start(redis_server, internet, tmp_path, conf=f"# secret: {canaries['conf']}\n" + CONF,
+              env={"SANDPOOL_TEST_SECRET": canaries["env"]}, conf_name=f"sandpool-{canaries['argv']}.conf")
+    try:
+        # The daemon itself carries its environment's and its command line's (so the scan below
+        # can see them where they are); its config file's text may be gone from its memory.
+        daemon_memory = memory_of(d.proc.pid)
+        for key in ("env", "argv"):
+            assert canaries[key].encode() in daemon_memory, key
+        pid = preview_proxy_pid(d)
+        environ = open(f"/proc/{pid}/environ", "rb").read()
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        memory = memory_of(pid)
+        for key, value in canaries.items():
+            found = value.encode() in environ + cmdline + memory
+            assert not found, f"the daemon's {key} secret is in the preview proxy"
+        assert environ == b""
+        exe = os.readlink(f"/proc/{pid}/exe")
+        assert os.path.basename(exe) == "sandpool-preview-proxy", exe
+        # The Redis URL is not there either, nor the daemon's configuration.
+        found = redis_server.url.encode() in memory or b"[template web]" in memory
+        assert not found, "the daemon's Redis URL or configuration is in the preview proxy"
+        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":" in line)
+        assert status["Seccomp"].strip() == "2", status["Seccomp"]  # a filter of its own
+        assert status["NoNewPrivs"].strip() == "1"
+        assert status["CapEff"].strip() == status["CapPrm"].strip() == "0000000000000000"
+        uids = status["Uid"].split()
+        assert len(set(uids)) == 1 and int(uids[0]) > d.uid_base, uids  # its own uid, past the slots'
+        assert len(set(status["Gid"].split())) == 1 and status["Gid"].split()[0] == uids[0]
+        assert status["Groups"].strip() == ""
+        # Nothing but stdio, its listening socket and its channel (past them: its own epoll and
+        # libevent's internal pipe, no file, no other socket).
+        fds = sorted(int(f) for f in os.listdir(f"/proc/{pid}/fd"))
+        links = {f: os.readlink(f"/proc/{pid}/fd/{f}") for f in fds}
+        assert fds[:5] == [0, 1, 2, 3, 4] and links[3].startswith("socket:") and links[4].startswith("socket:"), links
+        assert all(link.startswith(("anon_inode:", "pipe:")) for f, link in links.items() if f > 4), links
+        assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
+    finally:
+        stop(d)
+
+
+# A server that answers any request with 101 Switching Protocols and then echoes what it gets:
+# a WebSocket's shape, without the framing.
+UPGRADE_SERVER = r"""
+import socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8002)); s.listen(8)
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(4096)
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+    while True:
+        data = c.recv(4096)
+        if not data:
+            return
+        c.sendall(data)
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"""
+
+# From the test host: upgrade through the preview URL, echo once, say "upgraded", then wait for a
+# line on stdin and report whether the connection is closed within 10 s.
+UPGRADE_CLIENT = r"""
+import socket, sys
+host, port, token = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+c = socket.create_connection((host, port), 10); c.settimeout(10)
+c.sendall(f"GET /{token}/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    head += c.recv(4096)
+assert head.startswith(b"HTTP/1.1 101"), head
+c.sendall(b"ping"); assert c.recv(4096) == b"ping"
+print("upgraded", flush=True)
+sys.stdin.readline()
+try:
+    print("closed" if c.recv(4096) == b"" else "open", flush=True)
+except socket.timeout:
+    print("open", flush=True)
+except ConnectionResetError:
+    print("closed", flush=True)
+"""
+
+
+def test_an_upgraded_connection_ends_when_its_port_is_unexposed(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path)
+    cli = [SANDPOOL_CLI, "--redis", redis_server.url, "session"]
+    try:
+        subprocess.run(cli + ["create", "s-ws", "--template", "web"], capture_output=True, timeout=120, check=True)
+        subprocess.run(cli + ["spawn", "s-ws", "--", "python3", "-c", UPGRADE_SERVER], capture_output=True, timeout=60, check=True)
+        wait_for(lambda: subprocess.run(cli + ["exec", "s-ws", "--", "python3", "-c",
+                                               "import socket; socket.create_connection(('127.0.0.1', 8002), 5)"],
+                                        capture_output=True, timeout=60).returncode == 0, 30, "the session's server")
+        url = json.loads(subprocess.run(cli + ["expose", "s-ws", "8002"], capture_output=True, timeout=60, check=True).stdout)["url"]
+        port, token = url.split(":")[2].split("/")[0], url.rstrip("/").rsplit("/", 1)[1]
+        client = subprocess.Popen(internet.in_host([sys.executable, "-c", UPGRADE_CLIENT, HOST_UPLINK, port, token]),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert client.stdout.readline().strip() == "upgraded"
+            subprocess.run(cli + ["unexpose", "s-ws", "8002"], capture_output=True, timeout=60, check=True)
+            client.stdin.write("go\n")
+            client.stdin.flush()
+            assert client.stdout.readline().strip() == "closed"
+        finally:
+            client.kill()
+            client.wait()
+        subprocess.run(cli + ["destroy", "s-ws"], capture_output=True, timeout=120)
     finally:
         stop(d)
 
