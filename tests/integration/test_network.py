@@ -320,6 +320,73 @@ def test_allowed_names_resolve_through_sandpool_and_open_only_what_they_answered
         stop(d)
 
 
+PORTS_CONF = CONF + """[template ports]
+runtime = sh
+workers = 1
+egress = registry.npm.example@198.51.100.0/28:8080 registry.npm.example@203.0.113.0/24:80 www.npm.example
+
+[template overlap]
+runtime = sh
+workers = 1
+egress = registry.npm.example:8080 www.npm.example
+"""
+
+
+def test_each_name_rule_opens_its_own_ports_and_names_sharing_an_address_add_up(redis_server, internet, tmp_path):
+    # registry.npm.example is ALLOWED (198.51.100.10, servers on 80 and 8080), and so is
+    # www.npm.example (its CNAME). Of the two filtered rules for registry.npm.example only the
+    # first holds its address: 8080, not the other rule's 80. www.npm.example (every port) then
+    # opens the same address wider; when its TTL is over, the address is back to 8080 alone.
+    d = start(redis_server, internet, tmp_path, conf=PORTS_CONF, extra=["--net-dns-ttl-min", "4", "--net-dns-ttl-max", "4"])
+    try:
+        out = run(redis_server, "ports", f"""python3 -c '
+import errno, socket, time
+def c(port):
+    s = socket.socket(); s.settimeout(10)
+    try:
+        s.connect(("{ALLOWED}", port)); return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+    finally:
+        s.close()
+def r(name):
+    try:
+        return socket.getaddrinfo(name, 80, socket.AF_INET)[0][4][0]
+    except socket.gaierror:
+        return "gaierror"
+out = [r("registry.npm.example"), c(80), c(8080), r("www.npm.example"), c(80), c(8080)]
+time.sleep(3)
+out.append(r("registry.npm.example"))
+time.sleep(3)
+out += [c(80), c(8080)]
+print(" ".join(out))
+'""")
+        assert out.split() == [ALLOWED, "ECONNREFUSED", "ok", ALLOWED, "ok", "ok", ALLOWED, "ECONNREFUSED", "ok"], out
+        # Without address filters: one name's every port, then another name's one port of the
+        # same address (an interval set refuses an element inside another: the second name's
+        # answer failed).
+        out = run(redis_server, "overlap", f"""python3 -c '
+import errno, socket
+def c(port):
+    s = socket.socket(); s.settimeout(10)
+    try:
+        s.connect(("{ALLOWED}", port)); return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+    finally:
+        s.close()
+def r(name):
+    try:
+        return socket.getaddrinfo(name, 80, socket.AF_INET)[0][4][0]
+    except socket.gaierror:
+        return "gaierror"
+print(r("www.npm.example"), c(80), r("registry.npm.example"), c(8080))
+'""")
+        assert out.split() == [ALLOWED, "ok", ALLOWED, "ok"], out
+    finally:
+        stop(d)
+
+
 def test_dns_rebinding_tunnelling_and_other_resolvers(redis_server, internet, tmp_path):
     d = start(redis_server, internet, tmp_path)
     try:
