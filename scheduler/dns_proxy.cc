@@ -27,7 +27,11 @@
 namespace sandpool {
 namespace {
 
-constexpr size_t kMaxTcpConnections = 64;  // per template
+constexpr size_t kMaxTcpConnections = 64;           // per template
+constexpr size_t kMaxTcpConnectionsPerSandbox = 4;  // so that one sandbox cannot take them all
+// Replies queued toward a client that does not read them: past this, its connection is closed
+// (a reply is at most 64 KiB, so one whole reply always fits).
+constexpr size_t kMaxTcpOutputBytes = 128 * 1024;
 constexpr int kTcpIdleS = 10;
 
 using Reply = std::function<void(std::vector<uint8_t>)>;
@@ -65,6 +69,7 @@ struct DnsProxy::Impl {
     struct event* udp_ev = nullptr;
     struct evconnlistener* listener = nullptr;
     size_t tcp_connections = 0;
+    std::map<uint32_t, size_t> tcp_by_source;  // open TCP connections per sandbox address
   };
   struct Pending {
     Impl* impl;
@@ -240,6 +245,7 @@ struct DnsProxy::Impl {
     Template* t;
     uint32_t src;
     struct bufferevent* bev;
+    std::shared_ptr<Conn>* holder = nullptr;  // the bufferevent callbacks' reference
     bool closed = false;
   };
 
@@ -248,6 +254,9 @@ struct DnsProxy::Impl {
     c->closed = true;
     bufferevent_free(c->bev);
     --c->t->tcp_connections;
+    auto it = c->t->tcp_by_source.find(c->src);
+    if (it != c->t->tcp_by_source.end() && --it->second == 0) c->t->tcp_by_source.erase(it);
+    delete c->holder;  // `c` is the caller's reference
   }
 
   static void OnAccept(struct evconnlistener*, evutil_socket_t fd, struct sockaddr* sa, int, void* arg) {
@@ -255,16 +264,18 @@ struct DnsProxy::Impl {
     auto* in = reinterpret_cast<sockaddr_in*>(sa);
     uint32_t src = ntohl(in->sin_addr.s_addr);
     if (in->sin_family != AF_INET || !t->impl->plan->pool.Contains(Cidr{src, 32}) ||
-        t->tcp_connections >= kMaxTcpConnections) {
+        t->tcp_connections >= kMaxTcpConnections || t->tcp_by_source[src] >= kMaxTcpConnectionsPerSandbox) {
+      if (t->tcp_by_source[src] == 0) t->tcp_by_source.erase(src);
       ::close(fd);
       return;
     }
     ++t->tcp_connections;
+    ++t->tcp_by_source[src];
     auto c = std::make_shared<Conn>(Conn{t, src, bufferevent_socket_new(t->impl->base, fd, BEV_OPT_CLOSE_ON_FREE)});
-    auto* holder = new std::shared_ptr<Conn>(c);  // owned by the bufferevent's callbacks
+    c->holder = new std::shared_ptr<Conn>(c);
     timeval idle{kTcpIdleS, 0};
     bufferevent_set_timeouts(c->bev, &idle, &idle);
-    bufferevent_setcb(c->bev, &Impl::OnTcpRead, nullptr, &Impl::OnTcpEvent, holder);
+    bufferevent_setcb(c->bev, &Impl::OnTcpRead, nullptr, &Impl::OnTcpEvent, c->holder);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
   }
 
@@ -283,6 +294,10 @@ struct DnsProxy::Impl {
       Reply reply = [weak](std::vector<uint8_t> r) {
         auto conn = weak.lock();
         if (!conn || conn->closed || r.size() > 65535) return;
+        if (evbuffer_get_length(bufferevent_get_output(conn->bev)) + 2 + r.size() > kMaxTcpOutputBytes) {
+          CloseConn(conn);  // it asks and does not read: no more memory of ours for it
+          return;
+        }
         uint8_t len[2] = {static_cast<uint8_t>(r.size() >> 8), static_cast<uint8_t>(r.size())};
         bufferevent_write(conn->bev, len, 2);
         bufferevent_write(conn->bev, r.data(), r.size());
@@ -293,9 +308,8 @@ struct DnsProxy::Impl {
   }
 
   static void OnTcpEvent(struct bufferevent*, short, void* arg) {
-    auto* holder = static_cast<std::shared_ptr<Conn>*>(arg);
-    CloseConn(*holder);
-    delete holder;
+    std::shared_ptr<Conn> c = *static_cast<std::shared_ptr<Conn>*>(arg);
+    CloseConn(c);
   }
 };
 

@@ -387,6 +387,60 @@ print(r("www.npm.example"), c(80), r("registry.npm.example"), c(8080))
         stop(d)
 
 
+DNS_TCP_CLIENT = r"""
+import socket, struct, random, time
+def query(name):
+    m = struct.pack(">HHHHHH", random.randrange(65536), 0x0100, 1, 0, 0, 0)
+    m += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+    return struct.pack(">H", len(m)) + m
+def ask(s, name):
+    try:
+        s.sendall(query(name))
+        return "answer" if len(s.recv(2)) == 2 else "closed"
+    except OSError:
+        return "closed"
+# Six connections from one sandbox, held open: each asked a name (a refused one: answered at once).
+conns = [socket.create_connection(("198.51.100.10", 53), 5) for i in range(6)]
+for s in conns:
+    s.settimeout(5)
+print(" ".join(ask(s, "n%d.other.example" % i) for i, s in enumerate(conns)))
+for s in conns:
+    s.close()
+# A client that asks and never reads: 2000 questions whose answers are 270 bytes each.
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.connect(("198.51.100.10", 53)); s.settimeout(3)
+long = ".".join(["x" * 60] * 4) + ".example"
+try:
+    for i in range(2000):
+        s.sendall(query(long))
+    time.sleep(1)
+    got = 0
+    while True:
+        data = s.recv(65536)
+        if not data:
+            print("closed", got); break
+        got += len(data)
+except socket.timeout:
+    print("open", got)
+except OSError:
+    print("closed", 0)
+"""
+
+
+def test_the_resolver_caps_tcp_connections_per_sandbox_and_what_each_may_queue(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path, extra=["--net-dns-qps", "100000"])
+    try:
+        script = DNS_TCP_CLIENT.replace("'", "'\\''")
+        out = run(redis_server, "web", f"python3 -c '{script}'").splitlines()
+        assert out[0].split() == ["answer"] * 4 + ["closed"] * 2, out
+        assert out[1].split()[0] == "closed" and int(out[1].split()[1]) < 2000 * 270, out
+        # Closed connections give their places back: the next job has its four.
+        out = run(redis_server, "web", f"python3 -c '{script}'").splitlines()
+        assert out[0].split() == ["answer"] * 4 + ["closed"] * 2, out
+    finally:
+        stop(d)
+
+
 def test_dns_rebinding_tunnelling_and_other_resolvers(redis_server, internet, tmp_path):
     d = start(redis_server, internet, tmp_path)
     try:
