@@ -248,6 +248,12 @@ std::string NftRuleset(const NetPlan& plan) {
     o << "  chain nat_output { type nat hook output priority -100; policy accept;\n"
       << "    fib daddr type local dnat ip to tcp dport map @hostport4\n  }\n";
   }
+  // A packet from a slot that would be forwarded with its TTL run out is dropped before the
+  // routing code answers it with ICMP time-exceeded from the host's address (a traceroute from
+  // a sandbox learns nothing of the host). After the redirect (dstnat), so that DNS to the
+  // resolver, which is delivered, not forwarded, is not affected.
+  o << "  chain ttl { type filter hook prerouting priority -90; policy accept;\n"
+    << "    iifname " << any << " ip ttl <= 1 fib daddr type != local drop\n  }\n";
   // To the host itself: only a slot's own template's resolver, reached through that redirect.
   // The resolvers' ports take nothing from anywhere else.
   std::string dns_ports;

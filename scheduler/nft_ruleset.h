@@ -9,7 +9,8 @@
 // What a sandbox of template t gets, in order (the first match decides):
 //   - to any address of the host itself (Redis, metrics, anything listening): refused
 //     (`input`; counter host_t);
-//   - IPv6, or a source address that is not its own: dropped (counter spoofed);
+//   - IPv6, or a source address that is not its own: dropped (counter spoofed); a packet that
+//     would be forwarded with TTL 1 or less: dropped (no ICMP time-exceeded from the host);
 //   - replies of connections it opened: accepted;
 //   - always-refused destinations (private, loopback, link-local and cloud metadata, CGNAT,
 //     multicast, reserved, and the slot pool itself, so other sandboxes): refused (always_t);

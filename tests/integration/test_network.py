@@ -182,6 +182,33 @@ ip neigh replace 10.200.0.1 lladdr 02:00:00:00:00:02 dev eth0 2>&1 | tail -1 || 
         stop(d)
 
 
+def test_a_packet_whose_ttl_runs_out_at_the_host_gets_no_answer_from_it(redis_server, internet, tmp_path):
+    # Without the rule, the host's routing code answers a forwarded packet with TTL 1 with ICMP
+    # time-exceeded from its own address (what traceroute shows).
+    d = start(redis_server, internet, tmp_path)
+    try:
+        out = run(redis_server, "web", f"""python3 -c '
+import select, socket
+IP_RECVERR = 11
+for ttl in (1, 64):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+    s.sendto(b"x", ("{ALLOWED}", 80))
+    p = select.poll(); p.register(s, select.POLLERR)
+    if p.poll(2000):
+        msg, anc, flags, addr = s.recvmsg(512, 512, socket.MSG_ERRQUEUE)
+        err = anc[0][2]  # struct sock_extended_err, then the sender of the ICMP error
+        print(ttl, "icmp", err[5], socket.inet_ntoa(err[20:24]))
+    else:
+        print(ttl, "silent")
+'""")
+        # TTL 64: the fake internet's own "port unreachable" (type 3) comes back, so errors are heard.
+        assert out.splitlines() == ["1 silent", f"64 icmp 3 {ALLOWED}"], out
+    finally:
+        stop(d)
+
+
 def test_a_packet_with_a_forged_source_is_dropped_and_counted(redis_server, internet, tmp_path):
     """Sandboxes cannot forge packets (no CAP_NET_RAW); root on the host can, in a slot's
     namespace: the host end drops what does not come from the slot's own address."""
