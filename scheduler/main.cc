@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
       code = daemon.exit_code();
     }
   }
-  network->dns.reset();  // its events and libunbound's live on the base
+  network->flusher.reset();  // its thread ends; its events live on the base
+  network->dns.reset();      // its events and libunbound's live on the base
   event_base_free(base);
   return code;
 }
