@@ -646,13 +646,14 @@ def preview_proxy_pid(d: Daemon) -> int:
 
 
 def memory_of(pid: int) -> bytes:
-    """Every readable mapping of the process (read as root)."""
+    """Every readable mapping of the process (read as root), but those of 256 MiB or more (a
+    sanitizer's shadow memory: reserved, never written by the program)."""
     out = []
     with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
         for line in maps:
             parts = line.split()
             lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            if not parts[1].startswith("r") or (len(parts) > 5 and parts[5] == "[vvar]"):
+            if not parts[1].startswith("r") or (len(parts) > 5 and parts[5] == "[vvar]") or hi - lo >= 256 << 20:
                 continue
             try:
                 mem.seek(lo)
