@@ -44,9 +44,7 @@ Status Daemon::Start() {
   waiting_.resize(config_.templates.size());
   metrics_.AddQueue(config_.queue);
   loop_lag_ = std::make_unique<LoopLagProbe>(base_, &metrics_);
-  if (network_ && network_->dns) {
-    SP_RETURN_IF_ERROR(network_->dns->Start(base_, network_->firewall.get(), &metrics_).Prefixed("network templates' resolver"));
-  }
+  if (network_) SP_RETURN_IF_ERROR(network_->Start(base_, &metrics_));
   if (config_.metrics_addr != "off" && !config_.metrics_addr.empty()) {
     auto server = MetricsServer::Start(base_, config_.metrics_addr, &metrics_, [this](std::string* why) {
       if (draining_) { *why = "draining"; return false; }
@@ -269,30 +267,39 @@ void Daemon::Claim(Slot* slot, Admitted job, StreamEntry e) {
             run.memory_bytes = run.spec.memory_bytes ? run.spec.memory_bytes : tc.cgroup.memory_bytes;
             run.pids = run.spec.pids ? run.spec.pids : tc.cgroup.pids;
             if (shared->egress) run.network = ShowEgress(*shared->egress);
-            if (shared->narrowed) {
-              // Its slot gets its narrower policy before anything of it runs; if that cannot
-              // be done, it does not run (never with the template's wider one).
-              Status narrowed = network_ ? network_->Narrow(slot->template_index(), slot->index(), *shared->egress)
-                                         : Status::Error("no network");
-              if (!narrowed.ok()) {
-                LogError("cannot narrow a slot's network; the job fails", {{"job", job_id}, {"error", narrowed.message()}});
+            auto start = [this, slot, job_id, attempt](SlotJob ready, bool cancelled) {
+              metrics_.ObserveQueueWait(static_cast<double>(ready.queue_wait_us) / 1e6);
+              if (attempt > 1) metrics_.RecoveredJob(pools_->MetricsIndex(slot->template_index()), "retried");
+              running_[job_id] = slot;
+              slot->Start(std::move(ready));
+              // A cancel that came while the claim (or the narrowing) was on its way.
+              if (cancelled) slot->Kill(KillReason::kCancel);
+            };
+            if (!shared->narrowed) return start(std::move(run), cancel_heard);
+            // Its slot gets its narrower policy before anything of it runs; if that cannot be
+            // done, it does not run (never with the template's wider one). Meanwhile it counts
+            // as claiming (a cancel is remembered).
+            claiming_.insert(job_id);
+            auto narrowed_run = std::make_shared<SlotJob>(std::move(run));
+            auto narrowed = [this, slot, job_id, stream, entry, attempt, cancel_heard, narrowed_run, start](Status s) {
+              claiming_.erase(job_id);
+              bool cancelled = cancels_heard_.erase(job_id) > 0 || cancel_heard;
+              if (!s.ok()) {
+                LogError("cannot narrow a slot's network; the job fails", {{"job", job_id}, {"error", s.message()}});
                 if (network_) network_->Reset(slot->template_index(), slot->index());
                 slot->Release();
                 JobResult res;
                 res.id = job_id;
                 res.attempt = attempt;
-                res.error = JobError{ErrorCode::kInternal, "the job's egress policy could not be applied: " + narrowed.message()};
+                res.error = JobError{ErrorCode::kInternal, "the job's egress policy could not be applied: " + s.message()};
                 ledger_->Finish(std::move(res), stream, entry, 0, config_.templates[slot->template_index()].name);
                 return;
               }
-              run.narrowed = true;
-            }
-            metrics_.ObserveQueueWait(static_cast<double>(run.queue_wait_us) / 1e6);
-            if (attempt > 1) metrics_.RecoveredJob(pools_->MetricsIndex(slot->template_index()), "retried");
-            running_[job_id] = slot;
-            slot->Start(std::move(run));
-            // A cancel that came while the claim was on its way.
-            if (cancel_heard) slot->Kill(KillReason::kCancel);
+              narrowed_run->narrowed = true;
+              start(std::move(*narrowed_run), cancelled);
+            };
+            if (network_) network_->Narrow(slot->template_index(), slot->index(), *shared->egress, std::move(narrowed));
+            else narrowed(Status::Error("no network"));
             return;
           }
           case JobLedger::Verdict::kCancelled:

@@ -27,45 +27,14 @@
 namespace sandpool {
 namespace {
 
-constexpr size_t kMaxTcpConnections = 64;  // per template
+constexpr size_t kMaxTcpConnections = 64;           // per template
+constexpr size_t kMaxTcpConnectionsPerSandbox = 4;  // so that one sandbox cannot take them all
+// Replies queued toward a client that does not read them: past this, its connection is closed
+// (a reply is at most 64 KiB, so one whole reply always fits).
+constexpr size_t kMaxTcpOutputBytes = 128 * 1024;
 constexpr int kTcpIdleS = 10;
 
 using Reply = std::function<void(std::vector<uint8_t>)>;
-
-// What a template's policy says of a name.
-struct NameVerdict {
-  bool allowed = false;
-  std::vector<PortRange> ports;      // union of the matching rules' ports (empty: all)
-  std::optional<std::vector<Cidr>> within;  // address filters, if every matching rule has one
-};
-
-NameVerdict Judge(const EgressPolicy& policy, const std::string& name) {
-  NameVerdict v;
-  // ldns writes a dot or other byte inside a label escaped ("x\.foo"): such a name is not one a
-  // rule could mean, and its text would not say where its labels end.
-  if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
-      })) {
-    return v;
-  }
-  for (const EgressRule& r : policy.deny) {
-    if (EgressRuleMatchesName(r, name)) return v;
-  }
-  bool any_port = false, unfiltered = false;
-  std::vector<Cidr> within;
-  for (const EgressRule& r : policy.allow) {
-    if (!EgressRuleMatchesName(r, name)) continue;
-    v.allowed = true;
-    if (r.ports.empty()) any_port = true;
-    v.ports.insert(v.ports.end(), r.ports.begin(), r.ports.end());
-    if (r.within) within.push_back(*r.within);
-    else unfiltered = true;
-  }
-  // Merged: overlapping ranges of one address cannot share an interval set.
-  v.ports = any_port ? std::vector<PortRange>{} : CanonicalPorts(std::move(v.ports));
-  if (v.allowed && !unfiltered) v.within = within;
-  return v;
-}
 
 Result<std::pair<UniqueFd, UniqueFd>> BindPair() {
   for (int attempt = 0; attempt < 20; ++attempt) {
@@ -100,6 +69,7 @@ struct DnsProxy::Impl {
     struct event* udp_ev = nullptr;
     struct evconnlistener* listener = nullptr;
     size_t tcp_connections = 0;
+    std::map<uint32_t, size_t> tcp_by_source;  // open TCP connections per sandbox address
   };
   struct Pending {
     Impl* impl;
@@ -132,8 +102,10 @@ struct DnsProxy::Impl {
   struct ub_ctx* ub = nullptr;
   std::map<uint32_t, Bucket> buckets;  // per sandbox address
   std::set<Pending*> pending;
+  struct event* expire_ev = nullptr;  // once a second: opened addresses past their TTL close
 
   ~Impl() {
+    if (expire_ev) event_free(expire_ev);
     // ub_ctx_delete answers every pending query (SERVFAIL) through OnResolved: ignored now.
     closing = true;
     if (ub) ub_ctx_delete(ub);
@@ -175,7 +147,7 @@ struct DnsProxy::Impl {
     auto narrow = narrowed.find(src);
     const EgressPolicy& policy = narrow != narrowed.end() ? narrow->second.policy : Tmpl(t).egress;
     std::string set = narrow != narrowed.end() ? SlotDynSet(narrow->second.slot) : DynSet(Tmpl(t).index);
-    NameVerdict v = Judge(policy, q->name);
+    NameVerdict v = JudgeName(policy, q->name);
     if (!v.allowed) {
       Count(t, "denied");
       LogDebug("dns name refused", {{"template", Tmpl(t).name}, {"name", q->name}});
@@ -222,19 +194,15 @@ struct DnsProxy::Impl {
       return;
     }
     const NameVerdict& v = p->verdict;
-    auto refused = [&](uint32_t addr) {
-      if (AlwaysRefused(*self->plan, addr)) return true;
-      if (!v.within) return false;
-      return std::none_of(v.within->begin(), v.within->end(), [&](const Cidr& c) { return c.Contains(Cidr{addr, 32}); });
-    };
+    auto refused = [&](uint32_t addr) { return AlwaysRefused(*self->plan, addr) || v.Filtered(addr); };
     FilteredAnswer a = FilterDnsAnswer(p->query, {static_cast<const uint8_t*>(packet), static_cast<size_t>(len)}, refused,
                                        self->options.ttl_min, self->options.ttl_max, p->udp);
     if (a.rcode == kRcodeRefused) {
       self->Count(p->t, "rebinding");
     } else if (!a.opened.empty()) {
-      std::vector<DynElement> elements;
-      for (const OpenedAddress& o : a.opened) elements.push_back({o.addr, o.ttl});
-      Status s = self->firewall->OpenAddresses(p->set, elements, v.ports);
+      std::vector<NetFirewall::AddressGrant> grants;
+      for (const OpenedAddress& o : a.opened) grants.push_back({o.addr, o.ttl, v.PortsFor(o.addr)});
+      Status s = self->firewall->OpenAddresses(p->set, grants);
       if (!s.ok()) {
         LogWarn("cannot open resolved addresses", {{"error", s.message()}});
         self->Count(p->t, "servfail");
@@ -246,6 +214,11 @@ struct DnsProxy::Impl {
       self->Count(p->t, a.rcode == kRcodeServFail ? "servfail" : "allowed");
     }
     p->reply(std::move(a.wire));
+  }
+
+  static void OnExpire(evutil_socket_t, short, void* arg) {
+    Status s = static_cast<Impl*>(arg)->firewall->ExpireAddresses();
+    if (!s.ok()) LogWarn("resolved addresses not closed", {{"error", s.message()}});
   }
 
   // ---- UDP ----
@@ -272,6 +245,7 @@ struct DnsProxy::Impl {
     Template* t;
     uint32_t src;
     struct bufferevent* bev;
+    std::shared_ptr<Conn>* holder = nullptr;  // the bufferevent callbacks' reference
     bool closed = false;
   };
 
@@ -280,6 +254,9 @@ struct DnsProxy::Impl {
     c->closed = true;
     bufferevent_free(c->bev);
     --c->t->tcp_connections;
+    auto it = c->t->tcp_by_source.find(c->src);
+    if (it != c->t->tcp_by_source.end() && --it->second == 0) c->t->tcp_by_source.erase(it);
+    delete c->holder;  // `c` is the caller's reference
   }
 
   static void OnAccept(struct evconnlistener*, evutil_socket_t fd, struct sockaddr* sa, int, void* arg) {
@@ -287,16 +264,18 @@ struct DnsProxy::Impl {
     auto* in = reinterpret_cast<sockaddr_in*>(sa);
     uint32_t src = ntohl(in->sin_addr.s_addr);
     if (in->sin_family != AF_INET || !t->impl->plan->pool.Contains(Cidr{src, 32}) ||
-        t->tcp_connections >= kMaxTcpConnections) {
+        t->tcp_connections >= kMaxTcpConnections || t->tcp_by_source[src] >= kMaxTcpConnectionsPerSandbox) {
+      if (t->tcp_by_source[src] == 0) t->tcp_by_source.erase(src);
       ::close(fd);
       return;
     }
     ++t->tcp_connections;
+    ++t->tcp_by_source[src];
     auto c = std::make_shared<Conn>(Conn{t, src, bufferevent_socket_new(t->impl->base, fd, BEV_OPT_CLOSE_ON_FREE)});
-    auto* holder = new std::shared_ptr<Conn>(c);  // owned by the bufferevent's callbacks
+    c->holder = new std::shared_ptr<Conn>(c);
     timeval idle{kTcpIdleS, 0};
     bufferevent_set_timeouts(c->bev, &idle, &idle);
-    bufferevent_setcb(c->bev, &Impl::OnTcpRead, nullptr, &Impl::OnTcpEvent, holder);
+    bufferevent_setcb(c->bev, &Impl::OnTcpRead, nullptr, &Impl::OnTcpEvent, c->holder);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
   }
 
@@ -315,6 +294,10 @@ struct DnsProxy::Impl {
       Reply reply = [weak](std::vector<uint8_t> r) {
         auto conn = weak.lock();
         if (!conn || conn->closed || r.size() > 65535) return;
+        if (evbuffer_get_length(bufferevent_get_output(conn->bev)) + 2 + r.size() > kMaxTcpOutputBytes) {
+          CloseConn(conn);  // it asks and does not read: no more memory of ours for it
+          return;
+        }
         uint8_t len[2] = {static_cast<uint8_t>(r.size() >> 8), static_cast<uint8_t>(r.size())};
         bufferevent_write(conn->bev, len, 2);
         bufferevent_write(conn->bev, r.data(), r.size());
@@ -325,9 +308,8 @@ struct DnsProxy::Impl {
   }
 
   static void OnTcpEvent(struct bufferevent*, short, void* arg) {
-    auto* holder = static_cast<std::shared_ptr<Conn>*>(arg);
-    CloseConn(*holder);
-    delete holder;
+    std::shared_ptr<Conn> c = *static_cast<std::shared_ptr<Conn>*>(arg);
+    CloseConn(c);
   }
 };
 
@@ -383,6 +365,9 @@ Status DnsProxy::Start(struct event_base* base, NetFirewall* firewall, Metrics* 
       if (rc != 0) return Status::Error("--net-dns-upstream " + w + ": " + ub_strerror(rc));
     }
   }
+  m.expire_ev = event_new(base, -1, EV_PERSIST, &Impl::OnExpire, &m);
+  timeval second{1, 0};
+  if (m.expire_ev == nullptr || event_add(m.expire_ev, &second) != 0) return Status::Error("dns: event_add failed");
   for (auto& t : m.templates) {
     t->udp_ev = event_new(base, t->udp.get(), EV_READ | EV_PERSIST, &Impl::OnUdp, t.get());
     if (t->udp_ev == nullptr || event_add(t->udp_ev, nullptr) != 0) return Status::Error("dns: event_add failed");

@@ -1,5 +1,6 @@
 #include "scheduler/egress_policy.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -52,6 +53,41 @@ Result<EgressPolicy> EffectiveEgress(const EgressPolicy& tmpl, std::string_view 
   auto deny = ParseEgressRules(request->deny, "egress.deny");
   if (!deny.ok()) return deny.status();
   return NarrowEgress(tmpl, template_name, allow, *deny);
+}
+
+bool NameVerdict::Filtered(uint32_t addr) const {
+  return std::none_of(grants.begin(), grants.end(),
+                      [&](const Grant& g) { return !g.within || g.within->Contains(Cidr{addr, 32}); });
+}
+
+std::vector<PortRange> NameVerdict::PortsFor(uint32_t addr) const {
+  std::vector<PortRange> ports;
+  for (const Grant& g : grants) {
+    if (g.within && !g.within->Contains(Cidr{addr, 32})) continue;
+    if (g.ports.empty()) return {};
+    ports.insert(ports.end(), g.ports.begin(), g.ports.end());
+  }
+  return CanonicalPorts(std::move(ports));
+}
+
+NameVerdict JudgeName(const EgressPolicy& policy, std::string_view name) {
+  NameVerdict v;
+  // ldns writes a dot or other byte inside a label escaped ("x\.foo"): such a name is not one a
+  // rule could mean, and its text would not say where its labels end.
+  if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+      })) {
+    return v;
+  }
+  for (const EgressRule& r : policy.deny) {
+    if (EgressRuleMatchesName(r, name)) return v;
+  }
+  for (const EgressRule& r : policy.allow) {
+    if (!EgressRuleMatchesName(r, name)) continue;
+    v.allowed = true;
+    v.grants.push_back(NameVerdict::Grant{r.within, r.ports});
+  }
+  return v;
 }
 
 NetworkInfo ShowEgress(const EgressPolicy& policy) {

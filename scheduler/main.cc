@@ -168,8 +168,9 @@ int main(int argc, char** argv) {
       code = daemon.exit_code();
     }
   }
-  network->dns.reset();  // its events and libunbound's live on the base
-  notify->reset();       // its watchdog timer too
+  network->flusher.reset();  // its thread ends; its events live on the base
+  network->dns.reset();      // its events and libunbound's live on the base
+  notify->reset();           // its watchdog timer too
   event_base_free(base);
   return code;
 }

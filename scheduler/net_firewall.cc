@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 #include "common/clock.h"
@@ -86,13 +87,13 @@ Result<std::map<std::string, uint64_t>> NetFirewall::ReadCounters() {
 
 Status NetFirewall::NarrowSlot(uint32_t template_index, uint32_t slot, const std::string& ifname,
                                const EgressPolicy& policy) {
-  ForgetSet(SlotDynSet(slot));
+  dyn_.Forget(SlotDynSet(slot));
   auto r = Run(NftNarrowSlot(plan_, template_index, slot, ifname, policy));
   return r.ok() ? Status::Ok() : r.status().Prefixed("narrowing slot " + std::to_string(slot));
 }
 
 Status NetFirewall::ResetSlot(uint32_t slot, const std::string& ifname) {
-  ForgetSet(SlotDynSet(slot));
+  dyn_.Forget(SlotDynSet(slot));
   auto r = Run(NftResetSlot(plan_, slot, ifname));
   return r.ok() ? Status::Ok() : r.status().Prefixed("resetting slot " + std::to_string(slot));
 }
@@ -107,39 +108,32 @@ Status NetFirewall::UnmapHostPort(uint16_t host_port) {
   return r.ok() ? Status::Ok() : r.status().Prefixed("host port " + std::to_string(host_port));
 }
 
-void NetFirewall::ForgetSet(const std::string& set) {
-  std::erase_if(open_until_, [&](const auto& kv) { return kv.first.rfind(set + "/", 0) == 0; });
+Status NetFirewall::OpenAddresses(const std::string& set, const std::vector<AddressGrant>& grants) {
+  int64_t now = MonotonicUs();
+  std::vector<DynChange> changes;
+  std::set<uint32_t> seen;  // an address twice in one answer: once (its ports are the same)
+  for (const AddressGrant& g : grants) {
+    if (!seen.insert(g.addr).second) continue;
+    std::vector<DynChange> c = dyn_.Grant(set, g.addr, g.ports);
+    changes.insert(changes.end(), c.begin(), c.end());
+  }
+  if (!changes.empty()) {
+    auto r = Run(NftChangeAddresses(plan_, changes));
+    if (!r.ok()) return r.status();
+  }
+  // Only now: what the kernel has is what we remember.
+  for (const AddressGrant& g : grants) dyn_.Apply(set, g.addr, g.ports, now + int64_t{g.timeout_s} * 1000000, changes);
+  return Status::Ok();
 }
 
-Status NetFirewall::OpenAddresses(const std::string& set, const std::vector<DynElement>& elements,
-                                  const std::vector<PortRange>& ports) {
+Status NetFirewall::ExpireAddresses() {
   int64_t now = MonotonicUs();
-  std::string port_key;
-  for (const PortRange& p : ports) port_key += std::to_string(p.lo) + "-" + std::to_string(p.hi) + ",";
-  auto key_of = [&](const DynElement& e) { return set + "/" + std::to_string(e.addr) + "/" + port_key; };
-  std::vector<DynElement> todo;
-  for (DynElement e : elements) {
-    int64_t until = now + int64_t{e.timeout_s} * 1000000;
-    auto it = open_until_.find(key_of(e));
-    if (it != open_until_.end() && it->second > now) {
-      if (it->second >= until) continue;  // already open at least this long
-      e.renew = true;
-    }
-    todo.push_back(e);
+  std::vector<DynChange> changes = dyn_.Expired(now);
+  if (!changes.empty()) {
+    auto r = Run(NftChangeAddresses(plan_, changes));
+    if (!r.ok()) return r.status().Prefixed("closing expired addresses");
   }
-  if (todo.empty()) return Status::Ok();
-  auto r = Run(NftOpenAddresses(plan_, set, todo, ports));
-  if (!r.ok()) {
-    // The kernel may have expired an element we thought open (its clock, not ours), failing the
-    // delete: add them all afresh. Another name's element for the same address with other ports
-    // also fails (interval sets refuse overlaps): then that address is open by the other.
-    for (DynElement& e : todo) e.renew = false;
-    r = Run(NftOpenAddresses(plan_, set, todo, ports));
-  }
-  if (!r.ok()) return r.status();
-  // Only now: what the kernel has is what we remember.
-  if (open_until_.size() > 65536) std::erase_if(open_until_, [now](const auto& kv) { return kv.second <= now; });
-  for (const DynElement& e : todo) open_until_[key_of(e)] = now + int64_t{e.timeout_s} * 1000000;
+  dyn_.CommitExpired(now, changes);
   return Status::Ok();
 }
 

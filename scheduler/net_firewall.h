@@ -34,11 +34,19 @@ class NetFirewall {
   // Packets counted so far by the table's named counters (nft_ruleset.h CounterName).
   Result<std::map<std::string, uint64_t>> ReadCounters();
 
-  // Opens `elements` (DNS answers) in dyn set `set` (DynSet, SlotDynSet) on `ports` (empty:
-  // all), each until its timeout; an element already open longer is left alone, one open
-  // shorter gets the new timeout. One transaction: when it returns, connects to them pass.
-  Status OpenAddresses(const std::string& set, const std::vector<DynElement>& elements,
-                       const std::vector<PortRange>& ports);
+  // Opens each address of `grants` (a DNS answer) in dyn set `set` (DynSet, SlotDynSet) on its
+  // ports (empty: all) for its timeout, besides whatever else it is open on (other names'
+  // grants: dyn_addresses.h). One transaction, none if nothing changes: when it returns,
+  // connects to them pass.
+  struct AddressGrant {
+    uint32_t addr = 0;
+    uint32_t timeout_s = 0;
+    std::vector<PortRange> ports;  // canonical; empty: every port
+  };
+  Status OpenAddresses(const std::string& set, const std::vector<AddressGrant>& grants);
+  // Closes what outlived its grants (one transaction, none if nothing did). Once a second, on
+  // the daemon's loop (dns_proxy.h).
+  Status ExpireAddresses();
   // nft_ruleset.h NftNarrowSlot / NftResetSlot. Not on any path but a narrowing job's or
   // session's start and end.
   Status NarrowSlot(uint32_t template_index, uint32_t slot, const std::string& ifname, const EgressPolicy& policy);
@@ -57,13 +65,11 @@ class NetFirewall {
   explicit NetFirewall(const NetPlan& plan);
   // Runs nft commands; the output (text) on success, the error text otherwise.
   Result<std::string> Run(const std::string& commands);
-  void ForgetSet(const std::string& set);  // open_until_ of a set that was flushed
 
   NetPlan plan_;
   struct nft_ctx* nft_ = nullptr;
   std::map<std::string, uint64_t> exported_;  // counter -> packets already added to metrics
-  // (set, address, ports) -> when its dyn element expires (MonotonicUs), as we set it.
-  std::map<std::string, int64_t> open_until_;
+  DynAddresses dyn_;  // what the dyn sets hold, and why
 };
 
 }  // namespace sandpool

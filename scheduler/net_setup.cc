@@ -67,13 +67,25 @@ const NetPlan::Template* Network::Find(uint32_t t) const {
   return nullptr;
 }
 
-Status Network::Narrow(uint32_t t, uint32_t slot, const EgressPolicy& policy) {
+Status Network::Start(struct event_base* base, Metrics* metrics) {
+  if (dns) SP_RETURN_IF_ERROR(dns->Start(base, firewall.get(), metrics).Prefixed("network templates' resolver"));
+  flusher = std::make_unique<ConntrackFlusher>(base);
+  return Status::Ok();
+}
+
+void Network::Narrow(uint32_t t, uint32_t slot, const EgressPolicy& policy, std::function<void(Status)> done) {
   const NetPlan::Template* tmpl = Find(t);
-  if (tmpl == nullptr) return Status::Error("template " + std::to_string(t) + " has no network");
+  Status s = tmpl == nullptr || !flusher ? Status::Error("template " + std::to_string(t) + " has no network") : Status::Ok();
   uint32_t addr = SandboxAddress(plan->pool.addr, slot);
-  SP_RETURN_IF_ERROR(firewall->NarrowSlot(t, slot, tmpl->if_prefix + std::to_string(slot), policy));
-  dns->SetSlotPolicy(addr, slot, &policy);
-  return FlushConntrackFrom(addr).Prefixed("forgetting the slot's flows");
+  if (s.ok()) s = firewall->NarrowSlot(t, slot, tmpl->if_prefix + std::to_string(slot), policy);
+  if (s.ok()) dns->SetSlotPolicy(addr, slot, &policy);
+  if (!s.ok()) {
+    // Called back from the loop like a success, so that callers have one path.
+    if (flusher) flusher->Defer(std::move(s), std::move(done));
+    else done(std::move(s));  // before Start: there is no loop to call back from yet
+    return;
+  }
+  flusher->Flush(addr, [done = std::move(done)](Status flushed) { done(flushed.Prefixed("forgetting the slot's flows")); });
 }
 
 void Network::Reset(uint32_t t, uint32_t slot) {

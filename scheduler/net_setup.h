@@ -5,10 +5,12 @@
 // and the loaded table (net_firewall.h). Empty when no template has network.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "common/status.h"
 #include "scheduler/config.h"
+#include "scheduler/conntrack_flusher.h"
 #include "scheduler/dns_proxy.h"
 #include "scheduler/net_firewall.h"
 #include "scheduler/nft_ruleset.h"
@@ -22,13 +24,20 @@ struct Network {
   std::unique_ptr<DnsProxy> dns;
   std::unique_ptr<PreviewProxy> preview;
   std::unique_ptr<PortExposure> exposure;
-  std::unique_ptr<NetFirewall> firewall;  // last: destroyed first, before the sockets it guards
+  std::unique_ptr<NetFirewall> firewall;  // destroyed before the sockets it guards
+  std::unique_ptr<ConntrackFlusher> flusher;  // made by Start; destroyed first (its thread)
+
+  // Serves on `base` from now on (the resolver; the flusher's callbacks). On the loop.
+  Status Start(struct event_base* base, Metrics* metrics);
 
   // A job or session of network template `t` whose policy is narrower than the template's runs
-  // in slot `slot`: the table and the resolver apply `policy` to that slot, and the slot's old
-  // flows are forgotten (conntrack_flush.h), before its code runs. Reset undoes it when the
-  // job or session ends. On the daemon's loop; about a millisecond or two of nft work each.
-  Status Narrow(uint32_t t, uint32_t slot, const EgressPolicy& policy);
+  // in slot `slot`: the table and the resolver apply `policy` to that slot (on the loop, about
+  // a millisecond or two of nft work), and the slot's old flows are forgotten (conntrack_flush.h:
+  // a dump of the whole conntrack table, so off the loop, conntrack_flusher.h). `done` is
+  // called on the loop once all of it is done or failed, never before Narrow returned; the
+  // caller runs the code only then, and only on success. Reset undoes it when the job or
+  // session ends (also after a failed Narrow).
+  void Narrow(uint32_t t, uint32_t slot, const EgressPolicy& policy, std::function<void(Status)> done);
   void Reset(uint32_t t, uint32_t slot);
 
  private:

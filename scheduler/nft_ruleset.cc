@@ -138,7 +138,7 @@ std::string NftNarrowSlot(const NetPlan& plan, uint32_t template_index, uint32_t
     o << "add set " << t << set << n << " { type ipv4_addr . inet_service; flags interval; }\n"
       << "flush set " << t << set << n << "\n";
   }
-  o << "add set " << t << SlotDynSet(slot) << " { type ipv4_addr . inet_service; flags interval,timeout; }\n"
+  o << "add set " << t << SlotDynSet(slot) << " { type ipv4_addr . inet_service; flags interval; }\n"
     << "flush set " << t << SlotDynSet(slot) << "\n";
   if (!allow.empty()) o << "add element " << t << "jallow_" << n << " { " << Elements(allow) << " }\n";
   if (!deny.empty()) o << "add element " << t << "jdeny_" << n << " { " << Elements(deny) << " }\n";
@@ -157,24 +157,24 @@ std::string NftResetSlot(const NetPlan& plan, uint32_t slot, const std::string& 
   return "delete element " + t + "narrowed { \"" + ifname + "\" }\nflush set " + t + SlotDynSet(slot) + "\n";
 }
 
-std::string NftOpenAddresses(const NetPlan& plan, const std::string& set_name, const std::vector<DynElement>& elements,
-                             const std::vector<PortRange>& ports) {
-  std::vector<PortRange> all = ports;
-  if (all.empty()) all.push_back(PortRange{});
-  std::string keys, with_timeouts;
-  for (const DynElement& e : elements) {
-    std::string addr = Cidr{e.addr, 32}.ToString();
+std::string NftChangeAddresses(const NetPlan& plan, const std::vector<DynChange>& changes) {
+  std::string deleted, added;
+  for (const DynChange& c : changes) {
+    std::string addr = Cidr{c.addr, 32}.ToString();
     addr.resize(addr.size() - 3);  // no "/32": a plain address
-    for (const PortRange& p : all) {
-      std::string key = addr + " . " + std::to_string(p.lo) + (p.hi != p.lo ? "-" + std::to_string(p.hi) : "");
-      if (e.renew) keys += (keys.empty() ? "" : ", ") + key;
-      with_timeouts += (with_timeouts.empty() ? "" : ", ") + key + " timeout " + std::to_string(e.timeout_s) + "s";
-    }
+    auto elements = [&](const std::vector<PortRange>& ranges) {
+      std::string out;
+      for (const PortRange& p : ranges) {
+        out += (out.empty() ? "" : ", ") + addr + " . " + std::to_string(p.lo) + (p.hi != p.lo ? "-" + std::to_string(p.hi) : "");
+      }
+      return out;
+    };
+    std::string set = "inet " + plan.table + " " + c.set;
+    // Deletes first: the new elements may overlap the old ones, which an interval set refuses.
+    if (!c.before.empty()) deleted += "delete element " + set + " { " + elements(c.before) + " }\n";
+    if (!c.after.empty()) added += "add element " + set + " { " + elements(c.after) + " }\n";
   }
-  std::string set = "inet " + plan.table + " " + set_name;
-  std::string out;
-  if (!keys.empty()) out += "delete element " + set + " { " + keys + " }\n";
-  return out + "add element " + set + " { " + with_timeouts + " }\n";
+  return deleted + added;
 }
 
 std::string NftMapHostPort(const NetPlan& plan, uint16_t host_port, uint32_t addr, uint16_t port) {
@@ -219,7 +219,7 @@ std::string NftRuleset(const NetPlan& plan) {
     o << "  set allow_" << t.index << " { type ipv4_addr . inet_service; flags interval;";
     if (!cidrs.empty()) o << " elements = { " << Elements(cidrs) << " }";
     o << " }\n";
-    o << "  set dyn_" << t.index << " { type ipv4_addr . inet_service; flags interval,timeout; }\n";
+    o << "  set dyn_" << t.index << " { type ipv4_addr . inet_service; flags interval; }\n";
     if (!deny_cidrs.empty()) {
       o << "  set deny_" << t.index << " { type ipv4_addr . inet_service; flags interval; elements = { "
         << Elements(deny_cidrs) << " } }\n";
@@ -248,6 +248,12 @@ std::string NftRuleset(const NetPlan& plan) {
     o << "  chain nat_output { type nat hook output priority -100; policy accept;\n"
       << "    fib daddr type local dnat ip to tcp dport map @hostport4\n  }\n";
   }
+  // A packet from a slot that would be forwarded with its TTL run out is dropped before the
+  // routing code answers it with ICMP time-exceeded from the host's address (a traceroute from
+  // a sandbox learns nothing of the host). After the redirect (dstnat), so that DNS to the
+  // resolver, which is delivered, not forwarded, is not affected.
+  o << "  chain ttl { type filter hook prerouting priority -90; policy accept;\n"
+    << "    iifname " << any << " ip ttl <= 1 fib daddr type != local drop\n  }\n";
   // To the host itself: only a slot's own template's resolver, reached through that redirect.
   // The resolvers' ports take nothing from anywhere else.
   std::string dns_ports;

@@ -9,7 +9,8 @@
 // What a sandbox of template t gets, in order (the first match decides):
 //   - to any address of the host itself (Redis, metrics, anything listening): refused
 //     (`input`; counter host_t);
-//   - IPv6, or a source address that is not its own: dropped (counter spoofed);
+//   - IPv6, or a source address that is not its own: dropped (counter spoofed); a packet that
+//     would be forwarded with TTL 1 or less: dropped (no ICMP time-exceeded from the host);
 //   - replies of connections it opened: accepted;
 //   - always-refused destinations (private, loopback, link-local and cloud metadata, CGNAT,
 //     multicast, reserved, and the slot pool itself, so other sandboxes): refused (always_t);
@@ -20,8 +21,9 @@
 //   - a slot whose job or session narrowed the policy: its own chain instead of the rest
 //     (NftNarrowSlot);
 //   - the template's deny list, then its allow list (address range . port range), then the
-//     addresses its resolver answered for allowed names (set dyn_t, each element with the
-//     answer's TTL); no match: refused (policy_t);
+//     addresses its resolver answered for allowed names (set dyn_t, each address on the ports
+//     of the rules that allowed it, for the answer's TTL: dyn_addresses.h); no match: refused
+//     (policy_t);
 //   - from the host into a slot: replies, and new TCP connections of the preview proxy's uid
 //     (preview_proxy.h) only; nothing else on the host can reach a sandbox's servers, but
 //     through an exposed port's host port (hostport4: DNAT from anything but a slot);
@@ -37,6 +39,7 @@
 
 #include "common/status.h"
 #include "scheduler/config.h"
+#include "scheduler/dyn_addresses.h"
 
 namespace sandpool {
 
@@ -75,17 +78,9 @@ std::string NftDeleteTable(const NetPlan& plan);
 // Whether `addr` (host byte order) is in plan.never and not plan.exempt: no policy can allow it.
 bool AlwaysRefused(const NetPlan& plan, uint32_t addr);
 
-// Elements to open in template `t`'s dyn set: each address with each port range (none: all
-// ports), with its timeout. One transaction. Elements marked `renew` are in the set now and are
-// deleted first (an element's timeout cannot be changed in place on every kernel: Debian 12's
-// 6.1 cannot); the others must not be (a delete of a missing element fails the transaction).
-struct DynElement {
-  uint32_t addr = 0;
-  uint32_t timeout_s = 0;
-  bool renew = false;
-};
-std::string NftOpenAddresses(const NetPlan& plan, const std::string& set, const std::vector<DynElement>& elements,
-                             const std::vector<PortRange>& ports);
+// The elements of dyn sets that change (dyn_addresses.h: each address's old elements deleted,
+// its new ones added), as one transaction.
+std::string NftChangeAddresses(const NetPlan& plan, const std::vector<DynChange>& changes);
 // The dyn set of template `t` ("dyn_<t>"), and of a narrowed slot ("jdyn_<slot>").
 std::string DynSet(uint32_t template_index);
 std::string SlotDynSet(uint32_t slot);

@@ -1,289 +1,51 @@
 #include "scheduler/preview_proxy.h"
 
 #include <arpa/inet.h>
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <event2/listener.h>
-#include <grp.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-#include <fcntl.h>
-
 #include <cstring>
-#include <map>
-#include <sstream>
+#include <vector>
 
-#include "common/clock.h"
 #include "common/log.h"
-#include "scheduler/http_head.h"
 
 namespace sandpool {
 namespace {
 
-constexpr size_t kMaxConnections = 1024;
-constexpr size_t kSpliceHighWater = 256 * 1024;
-constexpr int kHeadTimeoutS = 10, kIdleTimeoutS = 120, kConnectTimeoutS = 5;
+constexpr const char* kBinaryName = "sandpool-preview-proxy";
+constexpr int kReadyTimeoutMs = 10000;
 
-struct Route {
-  uint32_t addr;
-  uint16_t port;
-};
-
-// ---- the proxy process ----
-
-struct Proxy {
-  struct event_base* base = nullptr;
-  std::map<std::string, Route> routes;
-  size_t connections = 0;
-};
-
-struct Pair {
-  Proxy* proxy;
-  struct bufferevent* client = nullptr;
-  struct bufferevent* backend = nullptr;
-  std::string client_ip;
-  bool spliced = false;
-  int64_t head_deadline_us = 0;  // the whole head must arrive by then (not just each byte)
-};
-
-void FreePair(Pair* p) {
-  if (p->client) bufferevent_free(p->client);
-  if (p->backend) bufferevent_free(p->backend);
-  --p->proxy->connections;
-  delete p;
-}
-
-// Closes once what is queued toward the client is written, or the client goes (reset, timeout:
-// a client that stops reading cannot hold the connection).
-void CloseWhenWritten(struct bufferevent* bev, void* arg) {
-  if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) FreePair(static_cast<Pair*>(arg));
-}
-void CloseOnEvent(struct bufferevent*, short what, void* arg) {
-  if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) FreePair(static_cast<Pair*>(arg));
-}
-
-void Answer(Pair* p, const char* status, const char* body) {
-  char buf[256];
-  int n = std::snprintf(buf, sizeof buf, "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                        status, std::strlen(body), body);
-  if (p->backend) {
-    bufferevent_free(p->backend);
-    p->backend = nullptr;
-  }
-  bufferevent_disable(p->client, EV_READ);
-  timeval write{kHeadTimeoutS, 0};
-  bufferevent_set_timeouts(p->client, nullptr, &write);
-  bufferevent_setcb(p->client, nullptr, CloseWhenWritten, CloseOnEvent, p);
-  bufferevent_write(p->client, buf, static_cast<size_t>(n));
-}
-
-struct bufferevent* Other(Pair* p, struct bufferevent* bev) { return bev == p->client ? p->backend : p->client; }
-
-void SpliceRead(struct bufferevent* bev, void* arg);
-void SpliceEvent(struct bufferevent* bev, short what, void* arg);
-
-void DrainedResume(struct bufferevent* bev, void* arg) {
-  auto* p = static_cast<Pair*>(arg);
-  struct bufferevent* other = Other(p, bev);
-  bufferevent_setcb(bev, SpliceRead, nullptr, SpliceEvent, p);
-  bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
-  if (other) bufferevent_enable(other, EV_READ);
-}
-
-void SpliceRead(struct bufferevent* bev, void* arg) {
-  auto* p = static_cast<Pair*>(arg);
-  struct bufferevent* other = Other(p, bev);
-  if (other == nullptr) return;
-  evbuffer_add_buffer(bufferevent_get_output(other), bufferevent_get_input(bev));
-  if (evbuffer_get_length(bufferevent_get_output(other)) >= kSpliceHighWater) {
-    // Back-pressure: stop reading this side until the other has written half of it.
-    bufferevent_disable(bev, EV_READ);
-    bufferevent_setwatermark(other, EV_WRITE, kSpliceHighWater / 2, kSpliceHighWater);
-    bufferevent_setcb(other, SpliceRead, DrainedResume, SpliceEvent, p);
-  }
-}
-
-void SpliceEvent(struct bufferevent* bev, short what, void* arg) {
-  auto* p = static_cast<Pair*>(arg);
-  if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))) return;
-  struct bufferevent* other = Other(p, bev);
-  if (other) {
-    SpliceRead(bev, p);  // whatever is left
-    if (evbuffer_get_length(bufferevent_get_output(other)) > 0 && !(what & BEV_EVENT_TIMEOUT)) {
-      // Let the other side finish writing, then close both.
-      if (bev == p->client) {
-        bufferevent_free(p->client);
-        p->client = nullptr;
-      } else {
-        bufferevent_free(p->backend);
-        p->backend = nullptr;
-      }
-      bufferevent_disable(other, EV_READ);
-      bufferevent_setcb(other, nullptr, CloseWhenWritten, CloseOnEvent, p);
-      return;
-    }
-  }
-  FreePair(p);
-}
-
-void BackendEvent(struct bufferevent* bev, short what, void* arg) {
-  auto* p = static_cast<Pair*>(arg);
-  if (what & BEV_EVENT_CONNECTED) {
-    p->spliced = true;
-    timeval idle{kIdleTimeoutS, 0};
-    bufferevent_set_timeouts(p->client, &idle, &idle);
-    bufferevent_set_timeouts(bev, &idle, &idle);
-    bufferevent_setcb(p->client, SpliceRead, nullptr, SpliceEvent, p);
-    bufferevent_setcb(bev, SpliceRead, nullptr, SpliceEvent, p);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
-    bufferevent_enable(p->client, EV_READ | EV_WRITE);
-    return;
-  }
-  Answer(p, "502 Bad Gateway", "nothing answers on this port in the session\n");
-}
-
-void ClientHead(struct bufferevent* bev, void* arg) {
-  auto* p = static_cast<Pair*>(arg);
-  struct evbuffer* in = bufferevent_get_input(bev);
-  struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, nullptr);
-  if (end.pos < 0 && MonotonicUs() > p->head_deadline_us) {
-    Answer(p, "408 Request Timeout", "request head too slow\n");  // a byte now and then does not hold us
-    return;
-  }
-  if (end.pos < 0) {
-    if (evbuffer_get_length(in) > kMaxHttpHeadBytes) Answer(p, "431 Request Header Fields Too Large", "request head too large\n");
-    return;
-  }
-  size_t n = static_cast<size_t>(end.pos) + 4;
-  if (n > kMaxHttpHeadBytes) {
-    Answer(p, "431 Request Header Fields Too Large", "request head too large\n");
-    return;
-  }
-  std::string raw(n, '\0');
-  evbuffer_remove(in, raw.data(), n);
-  auto head = ParseHttpHead(raw);
-  if (!head.ok()) {
-    Answer(p, "400 Bad Request", "bad request\n");
-    return;
-  }
-  auto split = SplitPreviewTarget(head->target);
-  auto route = split ? p->proxy->routes.find(split->first) : p->proxy->routes.end();
-  if (route == p->proxy->routes.end()) {
-    Answer(p, "404 Not Found", "not found\n");  // the same for every unknown token
-    return;
-  }
-  std::string rewritten = RewriteHttpHead(*head, split->second, route->second.port, p->client_ip, "/" + split->first);
-  p->backend = bufferevent_socket_new(p->proxy->base, -1, BEV_OPT_CLOSE_ON_FREE);
-  if (p->backend == nullptr) {
-    Answer(p, "503 Service Unavailable", "busy\n");
-    return;
-  }
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(route->second.addr);
-  to.sin_port = htons(route->second.port);
-  bufferevent_disable(bev, EV_READ);  // until connected: the rest of the body stays queued
-  bufferevent_setcb(p->backend, nullptr, nullptr, BackendEvent, p);
-  timeval connect{kConnectTimeoutS, 0};
-  bufferevent_set_timeouts(p->backend, nullptr, &connect);
-  bufferevent_write(p->backend, rewritten.data(), rewritten.size());
-  bufferevent_write_buffer(p->backend, in);
-  if (bufferevent_socket_connect(p->backend, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-    Answer(p, "502 Bad Gateway", "cannot connect\n");
-  }
-}
-
-void ClientEarlyEvent(struct bufferevent*, short what, void* arg) {
-  auto* p = static_cast<Pair*>(arg);
-  if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) FreePair(p);
-}
-
-void OnAccept(struct evconnlistener*, evutil_socket_t fd, struct sockaddr* sa, int, void* arg) {
-  auto* proxy = static_cast<Proxy*>(arg);
-  if (proxy->connections >= kMaxConnections) {
-    ::close(fd);
-    return;
-  }
-  ++proxy->connections;
-  auto* p = new Pair{proxy};
-  char ip[INET6_ADDRSTRLEN] = "";
-  if (sa->sa_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(sa)->sin_addr, ip, sizeof ip);
-  else if (sa->sa_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(sa)->sin6_addr, ip, sizeof ip);
-  p->client_ip = ip;
-  p->client = bufferevent_socket_new(proxy->base, fd, BEV_OPT_CLOSE_ON_FREE);
-  if (p->client == nullptr) {
-    ::close(fd);
-    --proxy->connections;
-    delete p;
-    return;
-  }
-  p->head_deadline_us = MonotonicUs() + int64_t{kHeadTimeoutS} * 1000000;
-  timeval head{kHeadTimeoutS, 0};
-  bufferevent_set_timeouts(p->client, &head, &head);
-  bufferevent_setcb(p->client, ClientHead, nullptr, ClientEarlyEvent, p);
-  bufferevent_enable(p->client, EV_READ | EV_WRITE);
-}
-
-// "add <token> <addr> <port>" / "remove <token>", one per datagram.
-void OnChannel(evutil_socket_t fd, short, void* arg) {
-  auto* proxy = static_cast<Proxy*>(arg);
-  for (;;) {
-    char buf[256];
-    ssize_t n = ::recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
-    if (n == 0) {
-      event_base_loopbreak(proxy->base);  // the daemon is gone
-      return;
-    }
-    if (n < 0) return;
-    std::istringstream in(std::string(buf, static_cast<size_t>(n)));
-    std::string verb, token;
-    in >> verb >> token;
-    if (verb == "add") {
-      uint32_t addr = 0, port = 0;
-      in >> addr >> port;
-      proxy->routes[token] = Route{addr, static_cast<uint16_t>(port)};
-    } else if (verb == "remove") {
-      proxy->routes.erase(token);
-    }
-  }
-}
-
-[[noreturn]] void ProxyMain(int listen_fd, int channel_fd, uint32_t uid) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  ::signal(SIGPIPE, SIG_IGN);
-  ::signal(SIGINT, SIG_IGN);  // a terminal's ^C goes to the daemon, which ends us
-  // Keep stdio, the listening socket (3) and the channel (4) only; out of the way first, so
-  // that neither is overwritten by the other's move.
-  int l = ::fcntl(listen_fd, F_DUPFD_CLOEXEC, 100), c = ::fcntl(channel_fd, F_DUPFD_CLOEXEC, 100);
-  ::dup3(l, 3, O_CLOEXEC);
-  ::dup3(c, 4, O_CLOEXEC);
-  ::syscall(SYS_close_range, 5, ~0U, 0);
-  if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0 ||
-      ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-    LogError("preview proxy: cannot drop privileges", {{"error", ErrnoStatus("setresuid").message()}});
-    ::_exit(1);
-  }
-  Proxy proxy;
-  proxy.base = event_base_new();
-  // The channel first: routes added before a request arrives are in place when it is read.
-  event_base_priority_init(proxy.base, 2);
-  struct event* channel = event_new(proxy.base, 4, EV_READ | EV_PERSIST, OnChannel, &proxy);
-  event_priority_set(channel, 0);
-  event_add(channel, nullptr);
-  struct evconnlistener* listener = evconnlistener_new(proxy.base, OnAccept, &proxy, LEV_OPT_CLOSE_ON_EXEC, 256, 3);
-  if (listener == nullptr) ::_exit(1);
-  event_base_dispatch(proxy.base);
-  ::_exit(0);
+const char* LevelName() {
+  if (LogEnabled(LogLevel::kDebug)) return "debug";
+  if (LogEnabled(LogLevel::kInfo)) return "info";
+  if (LogEnabled(LogLevel::kWarn)) return "warn";
+  return "error";
 }
 
 }  // namespace
+
+UniqueFd OpenPreviewProxyBinary() {
+  char exe[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return UniqueFd();
+  std::string dir(exe, static_cast<size_t>(n));
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  // The build tree keeps it next to sandpoold; `cmake --install` puts it in lib/sandpool.
+  for (const std::string& path : {dir + kBinaryName, dir + "../lib/sandpool/" + kBinaryName}) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd) return fd;
+  }
+  return UniqueFd();
+}
 
 Result<std::unique_ptr<PreviewProxy>> PreviewProxy::Start(const std::string& listen, uint32_t uid) {
   size_t colon = listen.rfind(':');
@@ -297,6 +59,11 @@ Result<std::unique_ptr<PreviewProxy>> PreviewProxy::Start(const std::string& lis
   unsigned long port = std::strtoul(listen.c_str() + colon + 1, &end, 10);
   if (*end != '\0' || port > 65535) return Status::Error("--net-preview-listen: bad port");
   a.sin_port = htons(static_cast<uint16_t>(port));
+  UniqueFd binary = OpenPreviewProxyBinary();
+  if (!binary) {
+    return Status::Error(std::string("preview proxy: ") + kBinaryName +
+                         " is neither next to sandpoold nor in ../lib/sandpool (it is built and installed with it)");
+  }
   UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   int one = 1;
   ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -305,16 +72,51 @@ Result<std::unique_ptr<PreviewProxy>> PreviewProxy::Start(const std::string& lis
   }
   socklen_t len = sizeof a;
   ::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&a), &len);
-  int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return ErrnoStatus("socketpair");
-  UniqueFd ours(pair[0]), theirs(pair[1]);
+  auto pair = MakeSocketPair(SOCK_SEQPACKET);
+  if (!pair.ok()) return pair.status();
+  UniqueFd devnull(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!devnull) return ErrnoStatus("/dev/null");
+  // Everything the child needs is made now: between fork and exec only raw system calls.
+  std::string uid_text = std::to_string(uid);
+  const char* args[] = {kBinaryName, "--uid", uid_text.c_str(), "--log-level", LevelName(), nullptr};
+  const char* env[] = {nullptr};  // nothing of the daemon's environment
+  const int exe = binary.get(), l = sock.get(), c = pair->b.get(), nul = devnull.get();
   pid_t pid = ::fork();
   if (pid < 0) return ErrnoStatus("fork");
-  if (pid == 0) ProxyMain(sock.get(), theirs.get(), uid);
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Out of the way first, so that no move overwrites another source; then 0 and 1 /dev/null,
+    // 2 the daemon's log, 3 the listening socket, 4 the channel, 5 the binary (close-on-exec),
+    // and nothing else.
+    int e2 = ::fcntl(exe, F_DUPFD_CLOEXEC, 100), l2 = ::fcntl(l, F_DUPFD_CLOEXEC, 100);
+    int c2 = ::fcntl(c, F_DUPFD_CLOEXEC, 100), n2 = ::fcntl(nul, F_DUPFD_CLOEXEC, 100);
+    if (e2 < 0 || l2 < 0 || c2 < 0 || n2 < 0 || ::dup3(n2, 0, 0) < 0 || ::dup3(n2, 1, 0) < 0 || ::dup3(l2, 3, 0) < 0 ||
+        ::dup3(c2, 4, 0) < 0 || ::dup3(e2, 5, O_CLOEXEC) < 0) {
+      ::_exit(126);
+    }
+    ::syscall(SYS_close_range, 6, ~0U, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // The binary as opened at start-up, not a path looked up now.
+    ::syscall(SYS_execveat, 5, "", const_cast<char* const*>(args), const_cast<char* const*>(env), AT_EMPTY_PATH);
+    ::_exit(127);
+  }
   std::unique_ptr<PreviewProxy> p(new PreviewProxy());
-  p->channel_ = std::move(ours);
+  p->channel_ = std::move(pair->a);
   p->pid_ = pid;
   p->port_ = ntohs(a.sin_port);
+  // It says "ready" once it serves under its own uid and filter; anything else is a start-up
+  // failure the operator hears about now rather than at the first request.
+  pollfd pfd{p->channel_.get(), POLLIN, 0};
+  char buf[16] = {};
+  ssize_t got = -1;
+  if (::poll(&pfd, 1, kReadyTimeoutMs) == 1) got = ::recv(p->channel_.get(), buf, sizeof buf, MSG_DONTWAIT);
+  if (got != 5 || std::memcmp(buf, "ready", 5) != 0) {
+    p->Stop();
+    ::waitpid(pid, nullptr, 0);
+    return Status::Error("preview proxy: the sandpool-preview-proxy process did not start (see its log line above)");
+  }
   return p;
 }
 

@@ -1067,29 +1067,44 @@ void Sessions::Started(Entry& e) {
     if (auto start = std::move(e.job_start)) start(true, "");
     return;
   }
-  // A session that narrows its template's policy: its slot is narrowed before anything of it runs.
+  auto running = [this](Entry& en) {
+    double seconds = static_cast<double>(MonotonicUs() - en.create_started_us) / 1e6;
+    LogInfo("session running", {{"session", en.meta.id}, {"seconds", seconds}});
+    metrics_->ObserveSessionStart(seconds);
+    SetState(en, State::kRunning);
+    auto waiting = std::move(en.waiting);
+    en.waiting.clear();
+    for (Op& op : waiting) Serve(std::move(op));
+  };
+  // A session that narrows its template's policy: its slot is narrowed before anything of it
+  // runs (the slot's old flows are forgotten off the loop: it is running once that is done).
   const TemplateConfig& tc = config_.templates[e.template_index];
   if (tc.network && network_ && e.session) {
     auto policy = EffectiveEgress(tc.egress, tc.name, e.meta.egress);
-    Status narrowed = policy.status();
-    if (policy.ok() && !(*policy == tc.egress)) {
-      narrowed = network_->Narrow(e.template_index, e.session->keeper_slot(), *policy);
-      e.narrowed_slot = e.session->keeper_slot();
+    if (!policy.ok()) {
+      StartFailed(e, "its egress policy could not be applied: " + policy.status().message());  // never runs wider
+      return;
     }
-    if (!narrowed.ok()) {
-      if (e.narrowed_slot) network_->Reset(e.template_index, *e.narrowed_slot);
-      e.narrowed_slot.reset();
-      StartFailed(e, "its egress policy could not be applied: " + narrowed.message());  // never runs wider
+    if (!(*policy == tc.egress)) {
+      uint32_t slot = e.session->keeper_slot();
+      e.narrowed_slot = slot;
+      network_->Narrow(e.template_index, slot, *policy, [this, id = e.meta.id, slot, running](Status narrowed) {
+        auto it = sessions_.find(id);
+        // Ended meanwhile (its end reset the slot) or gone: nothing to start.
+        if (it == sessions_.end() || it->second.state != State::kCreating || it->second.narrowed_slot != slot) return;
+        Entry& en = it->second;
+        if (!narrowed.ok()) {
+          network_->Reset(en.template_index, slot);
+          en.narrowed_slot.reset();
+          StartFailed(en, "its egress policy could not be applied: " + narrowed.message());  // never runs wider
+          return;
+        }
+        running(en);
+      });
       return;
     }
   }
-  double seconds = static_cast<double>(MonotonicUs() - e.create_started_us) / 1e6;
-  LogInfo("session running", {{"session", e.meta.id}, {"seconds", seconds}});
-  metrics_->ObserveSessionStart(seconds);
-  SetState(e, State::kRunning);
-  auto waiting = std::move(e.waiting);
-  e.waiting.clear();
-  for (Op& op : waiting) Serve(std::move(op));
+  running(e);
 }
 
 void Sessions::StartFailed(Entry& e, const std::string& why) {

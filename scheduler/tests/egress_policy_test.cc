@@ -68,5 +68,38 @@ TEST(EgressPolicy, ANoNetworkTemplateAllowsNothing) {
   EXPECT_TRUE(p->allow.empty());
 }
 
+// 198.51.100.7 and 203.0.113.7 (host byte order).
+constexpr uint32_t kA = 0xc6336407, kB = 0xcb007107;
+
+TEST(JudgeName, EachRuleGrantsItsOwnPortsAtTheAddressesItsFilterHolds) {
+  // Two filtered rules for one name: an address gets the ports of the rule whose filter holds
+  // it, never the other rule's (no cross product of filters and ports).
+  EgressPolicy p{Rules({"x.example@198.51.100.0/24:443", "x.example@203.0.113.0/24:80"}), {}};
+  NameVerdict v = JudgeName(p, "x.example");
+  ASSERT_TRUE(v.allowed);
+  EXPECT_EQ(v.PortsFor(kA), (std::vector<PortRange>{{443, 443}}));
+  EXPECT_EQ(v.PortsFor(kB), (std::vector<PortRange>{{80, 80}}));
+  EXPECT_FALSE(v.Filtered(kA));
+  EXPECT_FALSE(v.Filtered(kB));
+  EXPECT_TRUE(v.Filtered(0x08080808));  // in neither filter: the answer may not use it
+}
+
+TEST(JudgeName, AnUnfilteredRuleAddsItsPortsEverywhere) {
+  EgressPolicy p{Rules({"x.example@198.51.100.0/24:443", "*.example:8080", "x.example@203.0.113.0/24"}), {}};
+  NameVerdict v = JudgeName(p, "x.example");
+  EXPECT_EQ(v.PortsFor(kA), (std::vector<PortRange>{{443, 443}, {8080, 8080}}));
+  EXPECT_TRUE(v.PortsFor(kB).empty());  // every port: the third rule names none
+  EXPECT_EQ(v.PortsFor(0x08080808), (std::vector<PortRange>{{8080, 8080}}));
+  EXPECT_FALSE(v.Filtered(0x08080808));
+}
+
+TEST(JudgeName, DenyWinsAndOddNamesMatchNothing) {
+  EgressPolicy p{Rules({"*.example:443"}), Rules({"evil.example"})};
+  EXPECT_FALSE(JudgeName(p, "evil.example").allowed);
+  EXPECT_FALSE(JudgeName(p, "x\\.y.example").allowed);
+  EXPECT_FALSE(JudgeName(p, "other.test").allowed);
+  EXPECT_TRUE(JudgeName(p, "good.example").allowed);
+}
+
 }  // namespace
 }  // namespace sandpool

@@ -112,29 +112,34 @@ TEST(NftRuleset, NftAcceptsTheRuleset) {
   plan->templates[1].dns_port = 35354;
   std::string path = ::testing::TempDir() + "/ruleset.nft";
   std::ofstream(path) << NftRuleset(*plan);
-  // Loaded (and then a resolver's answer opened twice, the second time replacing the first) in
-  // a network namespace of its own: nothing of the host's ruleset is read or touched.
+  // Loaded (and then a resolver's answer opened on 443, the same address on every port by
+  // another name's answer, and back to 443 when that expires: dyn_addresses.h) in a network
+  // namespace of its own: nothing of the host's ruleset is read or touched.
+  const std::string dyn = DynSet(plan->templates[1].index);
   std::string open = ::testing::TempDir() + "/open.nft";
-  std::ofstream(open) << NftOpenAddresses(*plan, DynSet(plan->templates[1].index), {{0xc6336414, 30, false}}, {PortRange{443, 443}});
+  std::ofstream(open) << NftChangeAddresses(*plan, {{dyn, 0xc6336414, {}, {{443, 443}}}});
   std::string again = ::testing::TempDir() + "/again.nft";
-  std::ofstream(again) << NftOpenAddresses(*plan, DynSet(plan->templates[1].index), {{0xc6336414, 60, true}, {0xc6336416, 60, false}},
-                                          {PortRange{443, 443}});
+  std::ofstream(again) << NftChangeAddresses(*plan, {{dyn, 0xc6336414, {{443, 443}}, {{1, 65535}}},
+                                                     {dyn, 0xc6336416, {}, {{80, 80}, {443, 500}}}})
+                       << NftChangeAddresses(*plan, {{dyn, 0xc6336414, {{1, 65535}}, {{443, 443}}}});
   // A slot narrowed twice (the second replaces the first), then reset.
   EgressPolicy narrow{{*ParseEgressRule("198.51.100.0/24:443"), *ParseEgressRule("x.example")}, {*ParseEgressRule("198.51.100.7")}};
   std::string slot = ::testing::TempDir() + "/slot.nft";
   std::string ifname = plan->templates[1].if_prefix + "17";
   std::ofstream(slot) << NftNarrowSlot(*plan, plan->templates[1].index, 17, ifname, narrow)
                       << NftNarrowSlot(*plan, plan->templates[1].index, 17, ifname, narrow)
-                      << NftOpenAddresses(*plan, SlotDynSet(17), {{0xc6336415, 30, false}}, {})
+                      << NftChangeAddresses(*plan, {{SlotDynSet(17), 0xc6336415, {}, {{1, 65535}}}})
                       << NftResetSlot(*plan, 17, ifname);
   // Separate nft processes, so the table is loaded without `flags owner` (it would go with the
   // process that made it; the daemon keeps its socket, and test_network checks that).
   std::string text = NftRuleset(*plan);
   text.erase(text.find("  flags owner;\n"), 15);
   std::ofstream(path) << text;
+  std::string listed = ::testing::TempDir() + "/listed.txt";
   std::string cmd = "unshare -n sh -c 'nft -f " + path + " && nft -f " + open + " && nft -f " + again + " && nft -f " + slot +
                     " && nft list set inet " + plan->table + " dyn_" + std::to_string(plan->templates[1].index) +
-                    " | grep -q \"198.51.100.20 . 443 timeout 1m\"'";
+                    " | tr -d \" \\n\\t\" > " + listed + " && grep -q 198.51.100.22.443-500 " + listed + " && grep -q \"198.51.100.20.443[,}]\" " + listed +
+                    " && ! grep -q 1-65535 " + listed + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << NftRuleset(*plan);
 }
 

@@ -5,6 +5,8 @@ default route, and every refusal is checked against a second fake host that is n
 """
 
 import json
+import os
+import secrets
 import subprocess
 import sys
 
@@ -60,10 +62,10 @@ def internet(tmp_path):
     net.close()
 
 
-def start(redis_server, internet, tmp_path, conf=CONF, extra=()):
-    conf_path = tmp_path / "sandpool.conf"
+def start(redis_server, internet, tmp_path, conf=CONF, extra=(), env=None, conf_name="sandpool.conf"):
+    conf_path = tmp_path / conf_name
     conf_path.write_text(conf)
-    d = Daemon(redis_server.url, workers=1,
+    d = Daemon(redis_server.url, workers=1, env=env,
                extra=["--config", str(conf_path), "--net", "on", "--net-ip-forward", "set",
                       "--net-dns-upstream", DNS_SERVER, "--net-preview-listen", "0.0.0.0:0",
                       "--net-preview-url", f"http://{HOST_UPLINK}:{{port}}/", "--net-expose-ports", "40000-40099", *extra])
@@ -176,6 +178,33 @@ ip neigh replace 10.200.0.1 lladdr 02:00:00:00:00:02 dev eth0 2>&1 | tail -1 || 
         # ICMP datagram sockets: EACCES (ping_group_range). IPv6 only on loopback. The link's
         # address and MAC: EPERM (no CAP_NET_ADMIN).
         assert out.splitlines() == ["1", "1", "13", "lo"] + ["RTNETLINK answers: Operation not permitted"] * 3, out
+    finally:
+        stop(d)
+
+
+def test_a_packet_whose_ttl_runs_out_at_the_host_gets_no_answer_from_it(redis_server, internet, tmp_path):
+    # Without the rule, the host's routing code answers a forwarded packet with TTL 1 with ICMP
+    # time-exceeded from its own address (what traceroute shows).
+    d = start(redis_server, internet, tmp_path)
+    try:
+        out = run(redis_server, "web", f"""python3 -c '
+import select, socket
+IP_RECVERR = 11
+for ttl in (1, 64):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+    s.sendto(b"x", ("{ALLOWED}", 80))
+    p = select.poll(); p.register(s, select.POLLERR)
+    if p.poll(2000):
+        msg, anc, flags, addr = s.recvmsg(512, 512, socket.MSG_ERRQUEUE)
+        err = anc[0][2]  # struct sock_extended_err, then the sender of the ICMP error
+        print(ttl, "icmp", err[5], socket.inet_ntoa(err[20:24]))
+    else:
+        print(ttl, "silent")
+'""")
+        # TTL 64: the fake internet's own "port unreachable" (type 3) comes back, so errors are heard.
+        assert out.splitlines() == ["1 silent", f"64 icmp 3 {ALLOWED}"], out
     finally:
         stop(d)
 
@@ -314,6 +343,127 @@ def test_allowed_names_resolve_through_sandpool_and_open_only_what_they_answered
         assert probe(redis_server, "web", f"{ALLOWED}:8080") == {f"{ALLOWED}:8080": "ECONNREFUSED"}
         wait_for(lambda: 'sandpool_net_dns_queries_total{result="denied",template="web"} 3' in metrics(internet),
                  30, "the denied names in the metrics")
+    finally:
+        stop(d)
+
+
+PORTS_CONF = CONF + """[template ports]
+runtime = sh
+workers = 1
+egress = registry.npm.example@198.51.100.0/28:8080 registry.npm.example@203.0.113.0/24:80 www.npm.example
+
+[template overlap]
+runtime = sh
+workers = 1
+egress = registry.npm.example:8080 www.npm.example
+"""
+
+
+def test_each_name_rule_opens_its_own_ports_and_names_sharing_an_address_add_up(redis_server, internet, tmp_path):
+    # registry.npm.example is ALLOWED (198.51.100.10, servers on 80 and 8080), and so is
+    # www.npm.example (its CNAME). Of the two filtered rules for registry.npm.example only the
+    # first holds its address: 8080, not the other rule's 80. www.npm.example (every port) then
+    # opens the same address wider; when its TTL is over, the address is back to 8080 alone.
+    d = start(redis_server, internet, tmp_path, conf=PORTS_CONF, extra=["--net-dns-ttl-min", "4", "--net-dns-ttl-max", "4"])
+    try:
+        out = run(redis_server, "ports", f"""python3 -c '
+import errno, socket, time
+def c(port):
+    s = socket.socket(); s.settimeout(10)
+    try:
+        s.connect(("{ALLOWED}", port)); return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+    finally:
+        s.close()
+def r(name):
+    try:
+        return socket.getaddrinfo(name, 80, socket.AF_INET)[0][4][0]
+    except socket.gaierror:
+        return "gaierror"
+out = [r("registry.npm.example"), c(80), c(8080), r("www.npm.example"), c(80), c(8080)]
+time.sleep(3)
+out.append(r("registry.npm.example"))
+time.sleep(3)
+out += [c(80), c(8080)]
+print(" ".join(out))
+'""")
+        assert out.split() == [ALLOWED, "ECONNREFUSED", "ok", ALLOWED, "ok", "ok", ALLOWED, "ECONNREFUSED", "ok"], out
+        # Without address filters: one name's every port, then another name's one port of the
+        # same address (an interval set refuses an element inside another: the second name's
+        # answer failed).
+        out = run(redis_server, "overlap", f"""python3 -c '
+import errno, socket
+def c(port):
+    s = socket.socket(); s.settimeout(10)
+    try:
+        s.connect(("{ALLOWED}", port)); return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+    finally:
+        s.close()
+def r(name):
+    try:
+        return socket.getaddrinfo(name, 80, socket.AF_INET)[0][4][0]
+    except socket.gaierror:
+        return "gaierror"
+print(r("www.npm.example"), c(80), r("registry.npm.example"), c(8080))
+'""")
+        assert out.split() == [ALLOWED, "ok", ALLOWED, "ok"], out
+    finally:
+        stop(d)
+
+
+DNS_TCP_CLIENT = r"""
+import socket, struct, random, time
+def query(name):
+    m = struct.pack(">HHHHHH", random.randrange(65536), 0x0100, 1, 0, 0, 0)
+    m += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+    return struct.pack(">H", len(m)) + m
+def ask(s, name):
+    try:
+        s.sendall(query(name))
+        return "answer" if len(s.recv(2)) == 2 else "closed"
+    except OSError:
+        return "closed"
+# Six connections from one sandbox, held open: each asked a name (a refused one: answered at once).
+conns = [socket.create_connection(("198.51.100.10", 53), 5) for i in range(6)]
+for s in conns:
+    s.settimeout(5)
+print(" ".join(ask(s, "n%d.other.example" % i) for i, s in enumerate(conns)))
+for s in conns:
+    s.close()
+# A client that asks and never reads: 2000 questions whose answers are 270 bytes each.
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.connect(("198.51.100.10", 53)); s.settimeout(3)
+long = ".".join(["x" * 60] * 4) + ".example"
+try:
+    for i in range(2000):
+        s.sendall(query(long))
+    time.sleep(1)
+    got = 0
+    while True:
+        data = s.recv(65536)
+        if not data:
+            print("closed", got); break
+        got += len(data)
+except socket.timeout:
+    print("open", got)
+except OSError:
+    print("closed", 0)
+"""
+
+
+def test_the_resolver_caps_tcp_connections_per_sandbox_and_what_each_may_queue(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path, extra=["--net-dns-qps", "100000"])
+    try:
+        script = DNS_TCP_CLIENT.replace("'", "'\\''")
+        out = run(redis_server, "web", f"python3 -c '{script}'").splitlines()
+        assert out[0].split() == ["answer"] * 4 + ["closed"] * 2, out
+        assert out[1].split()[0] == "closed" and int(out[1].split()[1]) < 2000 * 270, out
+        # Closed connections give their places back: the next job has its four.
+        out = run(redis_server, "web", f"python3 -c '{script}'").splitlines()
+        assert out[0].split() == ["answer"] * 4 + ["closed"] * 2, out
     finally:
         stop(d)
 
@@ -475,6 +625,152 @@ except OSError as e:
         session("stop", "s-web")
         assert fetch(internet, other).startswith("404 ")
         session("destroy", "s-web")
+    finally:
+        stop(d)
+
+
+def preview_proxy_pid(d: Daemon) -> int:
+    """The daemon's child that does not run as root: its preview proxy (keepers and the spawner
+    are root; sandboxes are their children, not the daemon's)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = open(f"/proc/{entry}/status").read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields["PPid"]) == d.proc.pid and fields["Uid"].split()[0] != "0":
+            return int(entry)
+    raise AssertionError("no preview proxy process")
+
+
+def memory_of(pid: int) -> bytes:
+    """Every readable mapping of the process (read as root), but those of 256 MiB or more (a
+    sanitizer's shadow memory: reserved, never written by the program)."""
+    out = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if not parts[1].startswith("r") or (len(parts) > 5 and parts[5] == "[vvar]") or hi - lo >= 256 << 20:
+                continue
+            try:
+                mem.seek(lo)
+                out.append(mem.read(hi - lo))
+            except (OSError, ValueError, OverflowError):
+                pass
+    return b"".join(out)
+
+
+def test_the_preview_proxy_is_its_own_program_and_holds_none_of_the_daemons_secrets(redis_server, internet, tmp_path):
+    canaries = {k: f"cnry{k}" + secrets.token_hex(12) for k in ("env", "argv", "conf")}
+    d = start(redis_server, internet, tmp_path, conf=f"# secret: {canaries['conf']}\n" + CONF,
+              env={"SANDPOOL_TEST_SECRET": canaries["env"]}, conf_name=f"sandpool-{canaries['argv']}.conf")
+    try:
+        # The daemon itself carries its environment's and its command line's (so the scan below
+        # can see them where they are); its config file's text may be gone from its memory.
+        daemon_memory = memory_of(d.proc.pid)
+        for key in ("env", "argv"):
+            assert canaries[key].encode() in daemon_memory, key
+        pid = preview_proxy_pid(d)
+        environ = open(f"/proc/{pid}/environ", "rb").read()
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        memory = memory_of(pid)
+        for key, value in canaries.items():
+            found = value.encode() in environ + cmdline + memory
+            assert not found, f"the daemon's {key} secret is in the preview proxy"
+        assert environ == b""
+        exe = os.readlink(f"/proc/{pid}/exe")
+        assert os.path.basename(exe) == "sandpool-preview-proxy", exe
+        # The Redis URL is not there either, nor the daemon's configuration.
+        found = redis_server.url.encode() in memory or b"[template web]" in memory
+        assert not found, "the daemon's Redis URL or configuration is in the preview proxy"
+        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":" in line)
+        assert status["Seccomp"].strip() == "2", status["Seccomp"]  # a filter of its own
+        assert status["NoNewPrivs"].strip() == "1"
+        assert status["CapEff"].strip() == status["CapPrm"].strip() == "0000000000000000"
+        uids = status["Uid"].split()
+        assert len(set(uids)) == 1 and int(uids[0]) > d.uid_base, uids  # its own uid, past the slots'
+        assert len(set(status["Gid"].split())) == 1 and status["Gid"].split()[0] == uids[0]
+        assert status["Groups"].strip() == ""
+        # Nothing but stdio, its listening socket and its channel (past them: its own epoll and
+        # libevent's internal pipe, no file, no other socket).
+        fds = sorted(int(f) for f in os.listdir(f"/proc/{pid}/fd"))
+        links = {f: os.readlink(f"/proc/{pid}/fd/{f}") for f in fds}
+        assert fds[:5] == [0, 1, 2, 3, 4] and links[3].startswith("socket:") and links[4].startswith("socket:"), links
+        assert all(link.startswith(("anon_inode:", "pipe:")) for f, link in links.items() if f > 4), links
+        assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
+    finally:
+        stop(d)
+
+
+# A server that answers any request with 101 Switching Protocols and then echoes what it gets:
+# a WebSocket's shape, without the framing.
+UPGRADE_SERVER = r"""
+import socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8002)); s.listen(8)
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(4096)
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+    while True:
+        data = c.recv(4096)
+        if not data:
+            return
+        c.sendall(data)
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"""
+
+# From the test host: upgrade through the preview URL, echo once, say "upgraded", then wait for a
+# line on stdin and report whether the connection is closed within 10 s.
+UPGRADE_CLIENT = r"""
+import socket, sys
+host, port, token = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+c = socket.create_connection((host, port), 10); c.settimeout(10)
+c.sendall(f"GET /{token}/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    head += c.recv(4096)
+assert head.startswith(b"HTTP/1.1 101"), head
+c.sendall(b"ping"); assert c.recv(4096) == b"ping"
+print("upgraded", flush=True)
+sys.stdin.readline()
+try:
+    print("closed" if c.recv(4096) == b"" else "open", flush=True)
+except socket.timeout:
+    print("open", flush=True)
+except ConnectionResetError:
+    print("closed", flush=True)
+"""
+
+
+def test_an_upgraded_connection_ends_when_its_port_is_unexposed(redis_server, internet, tmp_path):
+    d = start(redis_server, internet, tmp_path)
+    cli = [SANDPOOL_CLI, "--redis", redis_server.url, "session"]
+    try:
+        subprocess.run(cli + ["create", "s-ws", "--template", "web"], capture_output=True, timeout=120, check=True)
+        subprocess.run(cli + ["spawn", "s-ws", "--", "python3", "-c", UPGRADE_SERVER], capture_output=True, timeout=60, check=True)
+        wait_for(lambda: subprocess.run(cli + ["exec", "s-ws", "--", "python3", "-c",
+                                               "import socket; socket.create_connection(('127.0.0.1', 8002), 5)"],
+                                        capture_output=True, timeout=60).returncode == 0, 30, "the session's server")
+        url = json.loads(subprocess.run(cli + ["expose", "s-ws", "8002"], capture_output=True, timeout=60, check=True).stdout)["url"]
+        port, token = url.split(":")[2].split("/")[0], url.rstrip("/").rsplit("/", 1)[1]
+        client = subprocess.Popen(internet.in_host([sys.executable, "-c", UPGRADE_CLIENT, HOST_UPLINK, port, token]),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert client.stdout.readline().strip() == "upgraded"
+            subprocess.run(cli + ["unexpose", "s-ws", "8002"], capture_output=True, timeout=60, check=True)
+            client.stdin.write("go\n")
+            client.stdin.flush()
+            assert client.stdout.readline().strip() == "closed"
+        finally:
+            client.kill()
+            client.wait()
+        subprocess.run(cli + ["destroy", "s-ws"], capture_output=True, timeout=120)
     finally:
         stop(d)
 
