@@ -78,6 +78,7 @@ struct Options {
   int peer_tp_n = 600;       // runs for the peer throughput measurement
   int idle_timeout_ms = 30000;  // no event for this long while jobs are pending: report as lost
   pid_t daemon_pid = 0;      // for CPU accounting (0: skip)
+  std::string sandbox_cgroup;  // the daemon's instance cgroup (cpuacct or v2): sandboxes' CPU
   pid_t redis_pid = 0;
   std::string bwrap = "/usr/bin/bwrap";
   std::string python = "/usr/bin/python3";
@@ -102,7 +103,7 @@ std::vector<std::string> Split(std::string_view s, char sep) {
                "usage: sandpool_bench --redis URL [--prefix P] [--queue Q]\n"
                "  [--modes latency,throughput,peers] [--n N] [--warmup W] [--tp-n M]\n"
                "  [--inflight 8,64] [--kinds echo,true,py,pyimport,node] [--tp-kinds echo,py,node] [--variant V] [--pace-ms MS] [--peer-n N] [--peer-inflight K] [--peer-tp-n M]\n"
-               "  [--idle-timeout-ms MS] [--daemon-pid PID] [--redis-pid PID] [--template NAME]\n"
+               "  [--idle-timeout-ms MS] [--daemon-pid PID] [--sandbox-cgroup DIR] [--redis-pid PID] [--template NAME]\n"
                "  [--bwrap PATH] [--python PATH]\n");
   std::exit(2);
 }
@@ -133,6 +134,7 @@ Options ParseOptions(int argc, char** argv) {
     else if (a == "--n") o.n = ParseInt(next(), "--n");
     else if (a == "--warmup") o.warmup = ParseInt(next(), "--warmup");
     else if (a == "--variant") o.tp_variant = next();
+    else if (a == "--sandbox-cgroup") o.sandbox_cgroup = next();
     else if (a == "--tp-n") o.tp_n = ParseInt(next(), "--tp-n");
     else if (a == "--pace-ms") o.pace_ms = ParseInt(next(), "--pace-ms");
     else if (a == "--kinds") o.kinds = Split(next(), ',');
@@ -284,8 +286,9 @@ void Emit(const Measurement& m) {
 
 int64_t Ticks() { return sysconf(_SC_CLK_TCK); }
 
-// utime + stime + cutime + cstime of one process, in clock ticks (0 if gone).
-int64_t ProcTicks(pid_t pid, pid_t* ppid_out = nullptr) {
+// utime + stime + cutime + cstime of one process, in clock ticks (0 if gone); *own_out: utime +
+// stime alone.
+int64_t ProcTicks(pid_t pid, pid_t* ppid_out = nullptr, int64_t* own_out = nullptr) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
   if (!std::getline(f, line)) return 0;
@@ -298,6 +301,7 @@ int64_t ProcTicks(pid_t pid, pid_t* ppid_out = nullptr) {
   // fields[0] = state (field 3); utime is field 14 -> index 11.
   if (fields.size() < 15) return 0;
   if (ppid_out != nullptr) *ppid_out = static_cast<pid_t>(std::atol(fields[1].c_str()));
+  if (own_out != nullptr) *own_out = std::atoll(fields[11].c_str()) + std::atoll(fields[12].c_str());
   return std::atoll(fields[11].c_str()) + std::atoll(fields[12].c_str()) +
          std::atoll(fields[13].c_str()) + std::atoll(fields[14].c_str());
 }
@@ -335,6 +339,53 @@ int64_t TreeTicks(pid_t root) {
   return total;
 }
 
+// The daemon's host side: its own CPU and that of its children (spawner, preview proxy) and
+// grandchildren (keepers), utime + stime only; everything below them is a sandbox, counted from
+// the sandboxes' cgroup instead (SandboxCgroupNs). Why: a process's CPU reaches the tree's
+// figures only through the cutime of the parent that reaps it, and a sandbox killed with its
+// parent (a nursery mother, whose reaped inits carry every job's CPU, when a slot is retired)
+// takes that CPU with it; the cgroup keeps it.
+int64_t HostSideTicks(pid_t root) {
+  if (root <= 0) return 0;
+  std::map<pid_t, std::pair<pid_t, int64_t>> procs;  // pid -> (ppid, own ticks)
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return 0;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    pid_t pp = 0;
+    int64_t own = 0;
+    (void)ProcTicks(static_cast<pid_t>(pid), &pp, &own);
+    procs[static_cast<pid_t>(pid)] = {pp, own};
+  }
+  closedir(d);
+  int64_t total = 0;
+  for (const auto& [pid, info] : procs) {
+    auto parent = procs.find(info.first);
+    bool child = info.first == root;
+    bool grandchild = parent != procs.end() && parent->second.first == root;
+    if (pid == root || child || grandchild) total += info.second;
+  }
+  return total;
+}
+
+// CPU of every sandbox of the daemon, dead or alive, in ns: its instance cgroup (v1 cpuacct.usage
+// or v2 cpu.stat usage_usec). -1 when there is none to read.
+int64_t SandboxCgroupNs(const std::string& dir) {
+  if (dir.empty()) return -1;
+  std::ifstream v1(dir + "/cpuacct.usage");
+  int64_t ns = -1;
+  if (v1 >> ns) return ns;
+  std::ifstream v2(dir + "/cpu.stat");
+  for (std::string key; v2 >> key;) {
+    int64_t v = 0;
+    v2 >> v;
+    if (key == "usage_usec") return v * 1000;
+  }
+  return -1;
+}
+
 // Busy ticks of the whole host (all CPUs) and steal.
 std::pair<int64_t, int64_t> HostTicks() {
   std::ifstream f("/proc/stat");
@@ -363,11 +414,14 @@ int64_t ChildrenCpuUs() {
 
 struct CpuSnap {
   int64_t daemon = 0, redis = 0, host = 0, steal = 0, self_us = 0;
+  int64_t host_side = 0, sandboxes_ns = -1;  // with --sandbox-cgroup
 };
 
 CpuSnap TakeCpu(const Options& o) {
   CpuSnap s;
   s.daemon = TreeTicks(o.daemon_pid);
+  s.sandboxes_ns = SandboxCgroupNs(o.sandbox_cgroup);
+  if (s.sandboxes_ns >= 0) s.host_side = HostSideTicks(o.daemon_pid);
   s.redis = o.redis_pid > 0 ? ProcTicks(o.redis_pid) : 0;
   auto [busy, steal] = HostTicks();
   s.host = busy;
@@ -380,7 +434,15 @@ void AddCpu(Measurement& m, const Options& o, const CpuSnap& a, const CpuSnap& b
   if (jobs <= 0) return;
   double tick_ms = 1000.0 / static_cast<double>(Ticks());
   double nj = jobs;
-  if (o.daemon_pid > 0) m.extra.push_back({"cpu_ms_per_job_daemon_tree", (b.daemon - a.daemon) * tick_ms / nj});
+  if (o.daemon_pid > 0 && a.sandboxes_ns >= 0 && b.sandboxes_ns >= 0) {
+    double sandboxes_ms = static_cast<double>(b.sandboxes_ns - a.sandboxes_ns) / 1e6;
+    double host_side_ms = static_cast<double>(b.host_side - a.host_side) * tick_ms;
+    m.extra.push_back({"cpu_ms_per_job_daemon_tree", (sandboxes_ms + host_side_ms) / nj});
+    m.extra.push_back({"cpu_ms_per_job_sandboxes", sandboxes_ms / nj});
+    m.extra.push_back({"cpu_ms_per_job_daemon_host_side", host_side_ms / nj});
+  } else if (o.daemon_pid > 0) {
+    m.extra.push_back({"cpu_ms_per_job_daemon_tree", (b.daemon - a.daemon) * tick_ms / nj});
+  }
   if (o.redis_pid > 0) m.extra.push_back({"cpu_ms_per_job_redis", (b.redis - a.redis) * tick_ms / nj});
   m.extra.push_back({"cpu_ms_per_job_client", (b.self_us - a.self_us) / 1000.0 / nj});
   m.extra.push_back({"cpu_ms_per_job_host_total", (b.host - a.host) * tick_ms / nj});

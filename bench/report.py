@@ -194,8 +194,8 @@ def main():
     w("Every floor below was measured in this run, on this machine: a warm python3 that forks a child "
       "per snippet (`bench/peers/warm_fork.py`: modules preloaded, collector off, heap frozen; no sandbox, "
       "no queue), cold `/usr/bin/python3 -c` and `node -e`, bare `posix_spawn('/bin/echo')` + wait, and "
-      "Mastra's LocalSandbox with bwrap. CPU per job: sandpool's is the daemon's whole process tree "
-      "(spawner, keepers, every sandbox) plus redis-server, from /proc; a floor's is its own processes' "
+      "Mastra's LocalSandbox with bwrap. CPU per job: sandpool's is every sandbox's (the daemon's instance "
+      "cgroup, cpuacct) plus the daemon, spawner and keepers themselves (/proc) plus redis-server; a floor's is its own processes' "
       "(rusage of the children it reaped). 1 core: the daemon's tree, Redis and the bench client pinned "
       "with `taskset -c 0` for the run.")
     w("")

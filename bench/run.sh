@@ -133,6 +133,12 @@ for _ in $(seq 200); do
 done
 [[ $("${RCLI[@]}" exists "sandpool:daemon:$CONSUMER") == 1 ]] || die "no heartbeat key sandpool:daemon:$CONSUMER after 20 s"
 
+# The daemon's instance cgroup (cpuacct on v1, the unified one on v2): every sandbox's CPU, dead
+# or alive, for the CPU per job (sandpool_bench --sandbox-cgroup).
+SANDBOX_CG=$(find /sys/fs/cgroup -maxdepth 4 -type d -name "sandpool-$CONSUMER" 2>/dev/null \
+               | while read -r d; do [[ -e $d/cpuacct.usage || -e $d/cpu.stat ]] && echo "$d"; done | head -1)
+[[ -n $SANDBOX_CG ]] || log "no instance cgroup found for sandpool-$CONSUMER: CPU per job from the process tree only"
+
 # Pool gauges from the daemon's /metrics, one "template ready total" line each.
 pool_state() {
   curl -s --max-time 2 "http://$METRICS_ADDR/metrics" 2>/dev/null | awk '
@@ -183,7 +189,7 @@ WEDGED=""   # set once sandpool_bench reports lost jobs (exit 3): the daemon sto
 run_bench() {
   local rc=0
   # shellcheck disable=SC2086  # BENCH_BIN may carry a taskset prefix
-  timeout 400 $BENCH_BIN --redis "$REDIS_URL" --daemon-pid "$DAEMON_PID" --redis-pid "$REDIS_PID" \
+  timeout 400 $BENCH_BIN --redis "$REDIS_URL" --daemon-pid "$DAEMON_PID" --redis-pid "$REDIS_PID" ${SANDBOX_CG:+--sandbox-cgroup "$SANDBOX_CG"} \
     --idle-timeout-ms "$IDLE_MS" "$@" >> "$RESULTS" 2> >(tee -a "$OUT/bench.log" >&2) || rc=$?
   if [[ $rc == 3 ]]; then
     WEDGED="jobs were lost during: sandpool_bench $*"
