@@ -135,8 +135,10 @@ done
 
 # The daemon's instance cgroup (cpuacct on v1, the unified one on v2): every sandbox's CPU, dead
 # or alive, for the CPU per job (sandpool_bench --sandbox-cgroup).
-SANDBOX_CG=$(find /sys/fs/cgroup -maxdepth 4 -type d -name "sandpool-$CONSUMER" 2>/dev/null \
-               | while read -r d; do [[ -e $d/cpuacct.usage || -e $d/cpu.stat ]] && echo "$d"; done | head -1)
+SANDBOX_CG=""
+for d in $(find /sys/fs/cgroup -maxdepth 4 -type d -name "sandpool-$CONSUMER" 2>/dev/null || true); do
+  if [[ -e $d/cpuacct.usage || -e $d/cpu.stat ]]; then SANDBOX_CG=$d; break; fi
+done
 [[ -n $SANDBOX_CG ]] || log "no instance cgroup found for sandpool-$CONSUMER: CPU per job from the process tree only"
 
 # Pool gauges from the daemon's /metrics, one "template ready total" line each.
