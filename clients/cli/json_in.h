@@ -13,6 +13,8 @@
 
 namespace sandpool::cli {
 
+struct JsonField;
+
 struct Json {
   enum class Kind { kNull, kBool, kInt, kUint, kDouble, kString, kArray, kObject };
   Kind kind = Kind::kNull;
@@ -22,10 +24,18 @@ struct Json {
   double d = 0;
   std::string s;
   std::vector<Json> items;                           // kArray
-  std::vector<std::pair<std::string, Json>> fields;  // kObject, in input order
+  std::vector<JsonField> fields;  // kObject, in input order
 
   // The field named `name` of an object, or nullptr.
   const Json* Find(std::string_view name) const;
+};
+
+// One member of an object. (Not a std::pair: a pair of an incomplete Json inside Json itself is
+// refused by clang.)
+struct JsonField {
+  JsonField(std::string k, Json v) : first(std::move(k)), second(std::move(v)) {}
+  std::string first;
+  Json second;
 };
 
 // Parses one JSON text (surrounding white space allowed, nothing else after it).

@@ -251,7 +251,7 @@ std::variant<LineJob, JobError> LineToJob(std::string_view line, size_t line_no,
     id = given->s;
   }
   // v 4 (an entry naming a completion stream needs it), the id, then the defaults.
-  std::vector<std::pair<std::string, Json>> fields;
+  std::vector<JsonField> fields;
   Json v;
   v.kind = Json::Kind::kUint;
   v.u = 4;
