@@ -46,6 +46,10 @@ Status Allow(scmp_filter_ctx ctx, const char* name, std::initializer_list<scmp_a
   return Status::Ok();
 }
 
+// One argument condition (the SCMP_A* macros are C compound literals, which C++ compilers need
+// not take: clang refuses them under -Werror).
+scmp_arg_cmp Arg(unsigned arg, scmp_compare op, uint64_t a, uint64_t b = 0) { return scmp_arg_cmp{arg, op, a, b}; }
+
 Status LoadFilter() {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
   if (ctx == nullptr) return Status::Error("seccomp_init failed");
@@ -71,12 +75,12 @@ Status LoadFilter() {
   SP_RETURN_IF_ERROR(Allow(ctx, "sigaltstack"));
 #endif
   // Memory, never executable (no new code at run time).
-  SP_RETURN_IF_ERROR(Allow(ctx, "mmap", {SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0)}));
-  SP_RETURN_IF_ERROR(Allow(ctx, "mprotect", {SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0)}));
+  SP_RETURN_IF_ERROR(Allow(ctx, "mmap", {Arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, 0)}));
+  SP_RETURN_IF_ERROR(Allow(ctx, "mprotect", {Arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, 0)}));
   // Bytes waiting on a socket (libevent sizes its reads so).
-  SP_RETURN_IF_ERROR(Allow(ctx, "ioctl", {SCMP_A1(SCMP_CMP_EQ, FIONREAD)}));
+  SP_RETURN_IF_ERROR(Allow(ctx, "ioctl", {Arg(1, SCMP_CMP_EQ, FIONREAD)}));
   // Connections to sandboxes: IPv4 TCP only.
-  SP_RETURN_IF_ERROR(Allow(ctx, "socket", {SCMP_A0(SCMP_CMP_EQ, AF_INET), SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_STREAM)}));
+  SP_RETURN_IF_ERROR(Allow(ctx, "socket", {Arg(0, SCMP_CMP_EQ, AF_INET), Arg(1, SCMP_CMP_MASKED_EQ, 0xf, SOCK_STREAM)}));
   int rc = seccomp_load(ctx);
   if (rc != 0) return Status::Error(std::string("seccomp_load: ") + std::strerror(-rc));
   return Status::Ok();
