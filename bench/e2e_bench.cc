@@ -309,31 +309,43 @@ int64_t ProcTicks(pid_t pid, pid_t* ppid_out = nullptr, int64_t* own_out = nullp
 // CPU of a process and all its live descendants (children already reaped count through
 // cutime/cstime of their parent). The daemon's sandboxes are reaped by its keepers, so this covers
 // the daemon, spawner, keepers and every finished sandbox.
-int64_t TreeTicks(pid_t root) {
-  if (root <= 0) return 0;
-  std::map<pid_t, std::pair<pid_t, int64_t>> procs;  // pid -> (ppid, ticks)
+struct ProcCpu {
+  pid_t ppid = 0;
+  int64_t ticks = 0;  // utime + stime + cutime + cstime
+  int64_t own = 0;    // utime + stime
+};
+
+// Every process of the host, by pid.
+std::map<pid_t, ProcCpu> ReadProcs() {
+  std::map<pid_t, ProcCpu> procs;
   DIR* d = opendir("/proc");
-  if (d == nullptr) return 0;
+  if (d == nullptr) return procs;
   while (dirent* e = readdir(d)) {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
     if (end == e->d_name || *end != '\0') continue;
-    pid_t pp = 0;
-    int64_t t = ProcTicks(static_cast<pid_t>(pid), &pp);
-    procs[static_cast<pid_t>(pid)] = {pp, t};
+    ProcCpu c;
+    c.ticks = ProcTicks(static_cast<pid_t>(pid), &c.ppid, &c.own);
+    procs[static_cast<pid_t>(pid)] = c;
   }
   closedir(d);
+  return procs;
+}
+
+int64_t TreeTicks(pid_t root) {
+  if (root <= 0) return 0;
+  std::map<pid_t, ProcCpu> procs = ReadProcs();
   int64_t total = 0;
   for (const auto& [pid, info] : procs) {
     pid_t p = pid;
     for (int depth = 0; depth < 64 && p > 1; ++depth) {
       if (p == root) {
-        total += info.second;
+        total += info.ticks;
         break;
       }
       auto it = procs.find(p);
       if (it == procs.end()) break;
-      p = it->second.first;
+      p = it->second.ppid;
     }
   }
   return total;
@@ -347,25 +359,13 @@ int64_t TreeTicks(pid_t root) {
 // takes that CPU with it; the cgroup keeps it.
 int64_t HostSideTicks(pid_t root) {
   if (root <= 0) return 0;
-  std::map<pid_t, std::pair<pid_t, int64_t>> procs;  // pid -> (ppid, own ticks)
-  DIR* d = opendir("/proc");
-  if (d == nullptr) return 0;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0') continue;
-    pid_t pp = 0;
-    int64_t own = 0;
-    (void)ProcTicks(static_cast<pid_t>(pid), &pp, &own);
-    procs[static_cast<pid_t>(pid)] = {pp, own};
-  }
-  closedir(d);
+  std::map<pid_t, ProcCpu> procs = ReadProcs();
   int64_t total = 0;
   for (const auto& [pid, info] : procs) {
-    auto parent = procs.find(info.first);
-    bool child = info.first == root;
-    bool grandchild = parent != procs.end() && parent->second.first == root;
-    if (pid == root || child || grandchild) total += info.second;
+    auto parent = procs.find(info.ppid);
+    bool child = info.ppid == root;
+    bool grandchild = parent != procs.end() && parent->second.ppid == root;
+    if (pid == root || child || grandchild) total += info.own;
   }
   return total;
 }
