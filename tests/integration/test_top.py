@@ -32,7 +32,9 @@ class Tmux:
     def dead_status(self, name):
         """None while the pane's process runs, else its exit status."""
         out = self.run("display-message", "-p", "-t", name, "#{pane_dead} #{pane_dead_status}").stdout.split()
-        return int(out[1]) if out and out[0] == "1" else None
+        # Right after the process ends tmux may show the pane dead before it has its status:
+        # not known yet, ask again.
+        return int(out[1]) if len(out) > 1 and out[0] == "1" else None
 
     def kill(self):
         self.run("kill-server", check=False)
