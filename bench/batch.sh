@@ -14,13 +14,13 @@ nice -n 10 cmake --build "$ROOT/build" -j2 --target sandpool sandpoold >/dev/nul
 cat > "$OUT/dump.cc" <<'CC'
 #include <cstdio>
 #include <string>
-#include "scheduler/scripts.h"
+#include "scheduler/redis/scripts.h"
 int main(int, char** argv) {
   std::string w = argv[1];
   fputs(w == "claim" ? sandpool::kClaimScript : sandpool::kFinishScript, stdout);
 }
 CC
-g++ -std=c++20 -I"$ROOT" "$OUT/dump.cc" "$ROOT/scheduler/scripts.cc" -o "$OUT/dump"
+g++ -std=c++20 -I"$ROOT" "$OUT/dump.cc" "$ROOT/scheduler/redis/scripts.cc" -o "$OUT/dump"
 "$OUT/dump" claim > "$OUT/claim.lua"
 "$OUT/dump" finish > "$OUT/finish.lua"
 # The BullMQ peer gets a directory of its own (bench/out/bullmq-peer): bullmq and ioredis only,

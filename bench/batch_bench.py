@@ -4,7 +4,7 @@
 
 The client and Redis side is what is measured, so the daemon is replaced by a stand-in
 (`standin` below) that does to Redis exactly what sandpoold does per job: the real CLAIM and
-FINISH scripts of scheduler/scripts.cc (dumped by bench/batch.sh), pipelined, with a result map
+FINISH scripts of scheduler/redis/scripts.cc (dumped by bench/batch.sh), pipelined, with a result map
 of the size a `true` job has, and no sandbox. Its own CPU is reported apart. A last, smaller run
 goes through the real daemon (with sandboxes) for the end-to-end rate on this machine.
 
@@ -289,7 +289,7 @@ def write_report(a, rows, load0, load1) -> None:
         "",
         "**What is measured.** The client and Redis side. Except in the last row, the daemon is a stand-in "
         "(bench/batch_bench.py `standin`, Python): it reads the queue with XREADGROUP and runs the real CLAIM and "
-        "FINISH scripts of scheduler/scripts.cc per job, pipelined, with a result map like a `true` job's, and "
+        "FINISH scripts of scheduler/redis/scripts.cc per job, pipelined, with a result map like a `true` job's, and "
         "no sandbox. Its CPU is given apart. The last row goes through the real sandpoold (2 workers), so it "
         "measures sandboxes, not the client. Submitted/s: jobs over the time their submission took (for map, "
         "whose submission is bounded by its concurrency, the whole run). Collected/s: jobs over the whole run. "

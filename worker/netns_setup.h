@@ -7,7 +7,7 @@
 // The host end has no IPv6 address (address generation off before it is up); the slot's
 // namespace has IPv6 disabled on every interface but lo, so nothing IPv6 ever leaves it. What
 // the sandbox may reach is decided by the daemon's nftables table in the host namespace
-// (scheduler/net_firewall.h), which exists before the first keeper of a network template
+// (scheduler/net/net_firewall.h), which exists before the first keeper of a network template
 // starts. Sandbox root has no CAP_NET_ADMIN or CAP_NET_RAW in this namespace (it is owned by
 // the initial user namespace), so nothing here can be changed from inside.
 //

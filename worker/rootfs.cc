@@ -130,7 +130,7 @@ Status BuildEtc(const SandboxConfig& config, const std::string& etc, bool copy) 
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/group", "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n"));
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/hosts", "127.0.0.1\tlocalhost " + config.hostname + "\n::1\tlocalhost\n"));
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/hostname", config.hostname + "\n"));
-  // A network template's sandboxes resolve through its resolver (scheduler/dns_proxy.h). Every
+  // A network template's sandboxes resolve through its resolver (scheduler/net/dns_proxy.h). Every
   // DNS packet from them is redirected to it whatever its address; this one (the pool's first)
   // is routed through the slot's link like any other.
   const SlotNetwork& net = config.network;

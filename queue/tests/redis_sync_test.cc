@@ -1,5 +1,5 @@
-// SyncRedis against a real redis-server started privately per test suite (unix socket + a free
-// TCP port, no persistence), killed at the end.
+// SyncRedis against a real redis-server started privately per test suite (tests/support/
+// redis_server.h: unix socket + a free TCP port, no persistence), killed at the end.
 #include "queue/redis_sync.h"
 
 #include <fcntl.h>
@@ -18,120 +18,18 @@
 
 #include "common/clock.h"
 #include "common/fd.h"
+#include "tests/support/redis_server.h"
 
 namespace sandpool {
 namespace {
-
-#ifdef SANDPOOL_REDIS_SERVER
-constexpr const char* kRedisServer = SANDPOOL_REDIS_SERVER;
-#else
-constexpr const char* kRedisServer = nullptr;
-#endif
-
-// A port nobody listens on right now (there is a small window before redis-server binds it).
-int FreeTcpPort() {
-  UniqueFd s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s) return -1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return -1;
-  socklen_t len = sizeof(a);
-  if (getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) return -1;
-  return ntohs(a.sin_port);
-}
-
-class RedisServer {
- public:
-  // Starts redis-server with `extra` arguments; returns false (and the test skips or fails)
-  // when it does not come up within 10 s.
-  bool Start(const std::vector<std::string>& extra) {
-    std::string tmpl = std::filesystem::temp_directory_path().string() + "/sp_queue_test_XXXXXX";
-    if (!mkdtemp(tmpl.data())) return false;
-    dir_ = tmpl;
-    sock_ = dir_ + "/redis.sock";
-    port_ = FreeTcpPort();
-    std::vector<std::string> args = {kRedisServer, "--port", std::to_string(port_),
-                                     "--bind", "127.0.0.1", "--unixsocket", sock_,
-                                     "--save", "", "--appendonly", "no", "--daemonize", "no",
-                                     "--dir", dir_, "--enable-debug-command", "yes",
-                                     "--loglevel", "warning"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = fork();
-    if (pid_ < 0) return false;
-    if (pid_ == 0) {
-      // Keep the test log readable: the server's banner and warnings go nowhere.
-      int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-      if (devnull >= 0) {
-        dup2(devnull, 1);
-        dup2(devnull, 2);
-      }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(kRedisServer, argv.data());
-      _exit(127);
-    }
-    int64_t deadline = MonotonicUs() + 10'000'000;
-    while (MonotonicUs() < deadline) {
-      if (std::filesystem::exists(sock_)) {
-        RedisUrl u;
-        u.unix_path = sock_;
-        // NOAUTH errors still prove the server answers.
-        auto c = SyncRedis::Connect(u, 1000);
-        if (c.ok()) {
-          auto r = (*c)->Command({"PING"});
-          if (r.ok() || r.status().message().find("NOAUTH") != std::string::npos) return true;
-        }
-      }
-      usleep(20'000);
-    }
-    return false;
-  }
-
-  ~RedisServer() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (!dir_.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir_, ec);
-    }
-  }
-
-  RedisUrl UnixUrl() const {
-    RedisUrl u;
-    u.unix_path = sock_;
-    return u;
-  }
-  RedisUrl TcpUrl() const {
-    RedisUrl u;
-    u.host = "127.0.0.1";
-    u.port = port_;
-    return u;
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string dir_;
-  std::string sock_;
-  int port_ = 0;
-};
-
-std::unique_ptr<SyncRedis> MustConnect(const RedisUrl& u, int timeout_ms = 5000) {
-  auto c = SyncRedis::Connect(u, timeout_ms);
-  EXPECT_TRUE(c.ok()) << c.status().message();
-  return c.ok() ? std::move(c).value() : nullptr;
-}
 
 std::string Str(const ReplyPtr& r) { return std::string(r->str, r->len); }
 
 class SyncRedisTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!kRedisServer) return;
-    server_ = new RedisServer();
+    if (!TestRedisServerPath()) return;
+    server_ = new TestRedisServer();
     if (!server_->Start({})) {
       delete server_;
       server_ = nullptr;
@@ -144,9 +42,9 @@ class SyncRedisTest : public ::testing::Test {
   void SetUp() override {
     if (!server_) GTEST_SKIP() << "redis-server not available";
   }
-  static RedisServer* server_;
+  static TestRedisServer* server_;
 };
-RedisServer* SyncRedisTest::server_ = nullptr;
+TestRedisServer* SyncRedisTest::server_ = nullptr;
 
 TEST_F(SyncRedisTest, UnixSocketBinarySafe) {
   auto c = MustConnect(server_->UnixUrl());
@@ -293,8 +191,8 @@ TEST(SyncRedisConnect, RefusedAndMissingSocket) {
 class SyncRedisAuthTest : public SyncRedisTest {
  protected:
   static void SetUpTestSuite() {
-    if (!kRedisServer) return;
-    server_ = new RedisServer();
+    if (!TestRedisServerPath()) return;
+    server_ = new TestRedisServer();
     if (!server_->Start({"--requirepass", "pa:ss@word"})) {
       delete server_;
       server_ = nullptr;

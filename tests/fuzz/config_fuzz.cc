@@ -1,4 +1,4 @@
-// libFuzzer harness: ParseConfig (scheduler/config.h) reading the input as its --config file.
+// libFuzzer harness: ParseConfig (scheduler/config/config.h) reading the input as its --config file.
 // The file is a memfd named by /proc/self/fd/N, so no file is written per input. SANDPOOL_*
 // variables would override the file's options: they are removed from the environment first.
 // ParseConfig stats `root` paths and checks the interpreters with access(): both only read.
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/runtimes.h"
-#include "scheduler/config.h"
+#include "scheduler/config/config.h"
 #include "tests/fuzz/fuzz_check.h"
 
 extern char** environ;

@@ -1,4 +1,4 @@
-// libFuzzer harness: the network templates' resolver's packet code (scheduler/dns_answer.h),
+// libFuzzer harness: the network templates' resolver's packet code (scheduler/net/dns_answer.h),
 // which parses what sandboxes and upstream resolvers send, in the daemon (root). The input is a
 // 2-byte length L, a query of L bytes, then an upstream answer. Properties, beyond "no crash,
 // leak or UBSan report":
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <span>
 
-#include "scheduler/dns_answer.h"
+#include "scheduler/net/dns_answer.h"
 #include "tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

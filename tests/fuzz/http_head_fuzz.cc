@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "scheduler/http_head.h"
+#include "scheduler/preview/http_head.h"
 #include "tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,4 +1,4 @@
-// libFuzzer harness: ParseSize (scheduler/config.h), which reads every size option (--memory,
+// libFuzzer harness: ParseSize (scheduler/config/config.h), which reads every size option (--memory,
 // --work-size, ...) from flags, the environment and the config file. Properties, beyond "no
 // crash or UBSan report":
 //  - an accepted size is what config.h says: decimal digits, optionally followed by K, M or G
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <string>
 
-#include "scheduler/config.h"
+#include "scheduler/config/config.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {

@@ -1,5 +1,5 @@
 """The least privilege sandpoold runs with, found by running it: a daemon whose bounding set (and
-so its permitted set) holds only the capabilities scheduler/preflight.cc names runs jobs, Python
+so its permitted set) holds only the capabilities scheduler/daemon/preflight.cc names runs jobs, Python
 jobs, sessions with background processes and template builds, and recovers from a crash. The same
 list is what deploy/systemd/sandpoold.service (CapabilityBoundingSet=) and the Kubernetes
 manifests (capabilities.add) grant. Started with one of them missing, or with a masked /proc or a
@@ -17,13 +17,13 @@ import pytest
 from sandpool import Client
 from sandpool_harness import (REPO, SANDPOOLD, Daemon, job_map, submit, wait_for, wait_results)
 
-# The list in scheduler/preflight.cc, in setpriv's spelling.
+# The list in scheduler/daemon/preflight.cc, in setpriv's spelling.
 NEEDED = ["sys_admin", "setuid", "setgid", "dac_override", "net_admin", "mknod", "kill", "chown"]
 SMALL = ["--python-workers", "1", "--node-workers", "0", "--session-disk", "128M"]
 
 
 def _preflight_list():
-    text = (REPO / "scheduler/preflight.cc").read_text()
+    text = (REPO / "scheduler/daemon/preflight.cc").read_text()
     return [m.lower() for m in re.findall(r'\{CAP_(\w+), "CAP_\w+"', text)]
 
 

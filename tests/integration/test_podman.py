@@ -1,5 +1,5 @@
 """sandpoold in a container with the least privilege that works, under podman and runc, never
---privileged: all capabilities dropped but the eight scheduler/preflight.cc names, podman's
+--privileged: all capabilities dropped but the eight scheduler/daemon/preflight.cc names, podman's
 default seccomp profile, /proc unmasked, the container's cgroup remounted writable inside it, a
 read-only root. The container's root is this machine's own root through an overlay (`--rootfs
 /:O`: the daemon built here, python3, node), so the test needs no image and no registry. Redis

@@ -1,0 +1,132 @@
+// The job ledger: every change of a job's state in Redis (PROTOCOL.md sections 4, 5 and 7),
+// through the Lua scripts of scripts.h on the daemon's command connection: claims, results
+// (stored, published, acked and deleted in one step), rejections and dead letters, cancels, and
+// the leases on the stream entries this daemon holds.
+//
+// Guarantees:
+//  - an entry is acknowledged only by the script that stores its result (or finds it has one);
+//  - a result that cannot be stored now (Redis away or refusing) waits in memory and is sent
+//    again on reconnect and every heartbeat, until Redis answers;
+//  - the leases of held entries are renewed every heartbeat, and only while they are still this
+//    daemon's: RefreshLeases names the ones another daemon took over.
+//
+// Round trips: a job costs Redis a CLAIM and a FINISH, and its live events ride with the FINISH
+// when it ends within kEventHoldMs of them (Publish), which short jobs do: per call, not per
+// byte, is what Redis spends its CPU on.
+//
+// Ownership: the Daemon owns it; `base` and `cmd` outlive it. Loop thread only.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <event2/event.h>
+
+#include "metrics/metrics.h"
+#include "queue/keys.h"
+#include "queue/protocol.h"
+#include "scheduler/config/config.h"
+#include "scheduler/redis/redis_async.h"
+
+namespace sandpool {
+
+// What a completion record says of a result (PROTOCOL.md section 21): its outcome, exit code
+// ("" for nil) and error code ("" for none). Empty: the script reads them from the result's bytes.
+struct NotifySummary {
+  std::string outcome, exit_code, error;
+  static NotifySummary Of(const JobResult& r);
+};
+
+class JobLedger {
+ public:
+  enum class Verdict { kRun, kCancelled, kLost, kDrop, kUnknown };
+
+  JobLedger(struct event_base* base, RedisAsync* cmd, const Keys& keys, const DaemonConfig& config, Metrics* metrics);
+  ~JobLedger();
+  JobLedger(const JobLedger&) = delete;
+  JobLedger& operator=(const JobLedger&) = delete;
+
+  // How long a job's live events may wait for its FINISH to carry them (PROTOCOL.md section 6:
+  // live output may lag this much; a job that runs longer gets them published on their own).
+  static constexpr int kEventHoldMs = 2;
+
+  // Entries this daemon holds (read and not yet finished): their leases are renewed. `notify`:
+  // the entry's notify target (intake.h NotifyTargetOf), which its claim records.
+  void Hold(const std::string& stream, const std::string& entry, std::string notify = "") {
+    held_[entry] = Held{stream, std::move(notify)};
+  }
+  void Drop(const std::string& entry) { held_.erase(entry); }
+  bool Holds(const std::string& entry) const { return held_.count(entry) > 0; }
+  size_t held() const { return held_.size(); }
+
+  // The CLAIM script. `done` runs with kUnknown when the reply was lost (whether the claim
+  // happened is unknown: the entry is left pending for the own-pending scan, which claims it
+  // again as the same attempt). Returns false when it could not be sent.
+  bool Claim(const std::string& job_id, const std::string& stream, const std::string& entry, uint32_t max_attempts,
+             std::function<void(Verdict, uint32_t attempt)> done);
+  // Stores `result` (FINISH), now or as soon as Redis can take it. seq: the exited event's.
+  // `template_name`: the job's template, for the outcome counter (Metrics folds names it does
+  // not know, snapshots among them).
+  void Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq,
+              std::string_view template_name);
+  // The same for a result already encoded (a session operation's, PROTOCOL.md section 13), with
+  // its exited event; `attempt` is the claim's.
+  void FinishEncoded(const std::string& id, uint32_t attempt, std::string result, std::string event,
+                     const std::string& stream, const std::string& entry);
+  // Answers an entry that was never claimed (REJECT: stored unless the id has a result, published,
+  // recorded to `notify` (a notify target, "" for none), acked and deleted), with a result
+  // already encoded.
+  void Answer(const std::string& id, const std::string& stream, const std::string& entry, const std::string& result,
+              const std::string& event, const std::string& notify = "", const NotifySummary& summary = {});
+  // An entry that cannot run: its error result (REJECT), and the raw entry to the dead-letter
+  // stream when `dead_letter`.
+  void Reject(const std::string& job_id, const std::string& stream, const std::string& entry, ErrorCode code,
+              std::string message, const std::map<std::string, std::string>& fields, bool dead_letter);
+  // Acks and deletes an entry that needs no result (a duplicate, one that has a result).
+  void Ack(const std::string& stream, const std::string& entry);
+  // Moves an entry to its template's forward queue (FORWARD); the lease goes with it.
+  void Forward(const std::string& job_id, const std::string& stream, const std::string& entry, const std::string& to);
+  // At-most-once live event of a job (PROTOCOL.md section 6): held back for at most
+  // kEventHoldMs, then published, or sent with the job's FINISH if that comes first. Events of
+  // one job keep their order.
+  void Publish(const std::string& job_id, std::string event);
+  // A cancel was heard for a job not running here: store its cancelled result if it is queued.
+  void CancelQueued(const std::string& job_id);
+  // Which of `job_ids` have their cancel flag set (so cancels never depend on pub/sub).
+  void CheckCancels(const std::vector<std::string>& job_ids, std::function<void(const std::string&)> cancelled);
+  // Renews the leases of every held entry; `lost` gets the entries another daemon took over.
+  void RefreshLeases(std::function<void(const std::string& entry)> lost);
+  // Results waiting for Redis go out (on reconnect and every heartbeat).
+  void FlushPending();
+  size_t pending_results() const { return pending_.size(); }
+
+ private:
+  struct PendingFinish {
+    std::string job_id, stream, entry, attempt, result, event;
+    NotifySummary summary;
+    std::vector<std::string> live;  // live events held back for this FINISH to publish first
+  };
+  void SendFinish(PendingFinish f);
+  static void OnHoldTimer(evutil_socket_t, short, void* arg);
+  void FlushHeld();
+  void PublishNow(const std::string& job_id, std::string event);
+
+  RedisAsync* cmd_;
+  struct event* hold_timer_;
+  std::map<std::string, std::vector<std::string>> held_events_;  // job id -> its events, in order
+  const Keys& keys_;
+  const DaemonConfig& config_;
+  Metrics* metrics_;
+  struct Held {
+    std::string stream, notify;
+  };
+  std::map<std::string, Held> held_;  // entry -> its stream and notify target
+  std::set<std::string> unsure_claims_;       // claims sent whose reply was lost
+  std::deque<PendingFinish> pending_;
+};
+
+}  // namespace sandpool

@@ -1,0 +1,253 @@
+// The sessions this daemon holds (PROTOCOL.md sections 12-19): reading their operations from
+// Redis, their records, their life cycle, and the routing of each operation to its Session.
+//
+//   intake  `<p>:sreq:<queue>`             a create of a session nobody holds; read only while
+//                                            this host has room for one more session. Each entry
+//                                            is moved at once (SESSION_ROUTE) to the holder's
+//                                            stream, making the record first if it is new.
+//   own     `<p>:sreq:<queue>:<consumer>`  every operation on this daemon's sessions; claimed
+//                                            like a job (CLAIM, one attempt: an operation that
+//                                            was running when its daemon died ends worker_lost,
+//                                            never runs twice), answered through the ledger.
+//
+// A create that asks only for its template's defaults adopts that template's warm spare: a
+// session sandbox already running on a fresh disk (`<state-dir>/sessions/w-<n>`, renamed to the
+// session's directory), so it costs about what a job's start costs. A spare is made after the
+// first create of a template and after each adoption, while the host budget has room for it
+// (it holds one sandbox of the budget, and is given up when a session needs the room).
+//
+// Life cycle (section 14): creating -> running -> stopping -> stopped (files kept), resumed by
+// another create; destroying -> destroyed. A session's files live in its disk image,
+// `<state-dir>/sessions/s-<sid>/disk.img`, next to `meta` (its options, msgpack): after a
+// restart, the sessions found there are stopped, whatever Redis remembers. While running, a
+// session holds one sandbox of the host budget (pools.h).
+//
+// Failure handling:
+//  - a daemon that dies leaves its sessions `lost` (peers mark them, once no connection of its is
+//    left and Redis has been up for a lease, and answer the operations sent to it: session_lost,
+//    or worker_lost for one that was running); when it comes back they are stopped again;
+//  - a create nobody had room for is answered host_full after its wait_ms, by any daemon;
+//  - every operation claimed here is answered, whatever happens to the sandbox (session.h).
+//
+// Ownership: the Daemon owns it; the connections, ledger and pools outlive it. Loop thread only.
+#pragma once
+
+#include <event2/event.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "metrics/metrics.h"
+#include "queue/keys.h"
+#include "queue/session_protocol.h"
+#include "scheduler/config/config.h"
+#include "scheduler/jobs/job_ledger.h"
+#include "scheduler/jobs/pools.h"
+#include "scheduler/redis/redis_async.h"
+#include "scheduler/sessions/session.h"
+#include "scheduler/sessions/snapshots.h"
+
+namespace sandpool {
+
+class PortExposure;  // port_exposure.h
+struct Network;      // net_setup.h
+
+class Sessions {
+ public:
+  // `on_idle` runs when an operation or a sandbox ends (the daemon may be waiting to exit).
+  Sessions(struct event_base* base, const DaemonConfig& config, const Keys& keys, RedisAsync* cmd, JobLedger* ledger,
+           Pools* pools, Metrics* metrics, std::function<void()> on_idle);
+  ~Sessions();
+  Sessions(const Sessions&) = delete;
+  Sessions& operator=(const Sessions&) = delete;
+
+  // Network templates (net_setup.h): exposed ports (expose, unexpose, ports; without a preview
+  // proxy those ops are `unsupported`), and sessions' own egress policies.
+  void SetNetwork(Network* network);
+  // Finds the sessions on this host's disk (all stopped now) and connects the reader.
+  Status Start();
+  void OnCommandConnected();
+  // Every heartbeat: idle and lifetime stops, records, lost hosts, expired creates.
+  void Heartbeat();
+  // A cancel for an op id (a running exec or code, or an output wait). False if not here.
+  bool Cancel(const std::string& op_id);
+  // Op ids that run here now (their cancel flags are polled with the jobs').
+  std::vector<std::string> RunningOps() const;
+  // Stops reading; sessions keep serving what they have. StopAll() then ends every sandbox
+  // (files kept; the sessions are stopped).
+  void Drain();
+  void StopAll();
+  // Nothing runs: no sandbox, no operation in flight.
+  bool Idle() const;
+  // A one-shot job whose template is not configured here (intake.h kUnconfiguredTemplate): if a
+  // snapshot has that name, it runs in a session made from it (its warm spare when there is
+  // one) that is destroyed after; else it ends with bad_field. The entry is claimed and answered
+  // as any job's (job_ledger.h).
+  void RunJob(JobSpec spec, const std::string& stream, const std::string& entry);
+  void Close();
+
+ private:
+  enum class State { kCreating, kRunning, kStopping, kStopped, kDestroying, kError };
+  static const char* StateName(State s);
+
+  // What a session was created with; kept in its `meta` file and its record's `options`.
+  struct Meta {
+    std::string id, template_name;
+    std::vector<std::pair<std::string, std::string>> env, labels;
+    uint64_t memory_bytes = 0, pids = 0, disk_bytes = 0;
+    double cpus = 0;
+    uint64_t idle_timeout_ms = 0, max_lifetime_ms = 0;
+    bool ephemeral = false;
+    int64_t created_ms = 0;
+    std::string base;  // the configured template it runs on (template_name, or a snapshot's base)
+    std::optional<EgressRequest> egress;  // its own narrowing of its template's policy (kept for resumes)
+  };
+
+  // An operation read from the own stream, claimed (or being claimed).
+  struct Op {
+    std::string stream, entry;
+    SessionRequest req;
+    uint32_t attempt = 1;
+    int64_t received_us = 0;
+  };
+
+  struct Entry {
+    Meta meta;
+    State state = State::kStopped;
+    uint32_t template_index = 0;
+    int64_t last_used_ms = 0;
+    std::string error;
+    std::unique_ptr<Session> session;   // creating, running, stopping
+    bool budget = false;                // holds its share of the host budget
+    std::optional<uint32_t> narrowed_slot;  // its slot, narrowed to its policy while it runs
+    bool record_dirty = true;
+    int64_t create_started_us = 0;
+    std::vector<Op> waiting;            // arrived while creating or stopping: served after
+    std::vector<std::function<void()>> after_end;  // run once the sandbox is gone
+    // A one-shot job's session (RunJob): no record, never listed, destroyed when the job ends.
+    // `job_start` runs once it is running (or with false if it could not start).
+    bool internal = false;
+    std::function<void(bool started, const std::string& why)> job_start;
+  };
+
+  // Reading.
+  void ConnectReader();
+  void Read();
+  void Deliver(redisReply* streams);
+  void OnIntakeEntry(const std::string& entry, const std::map<std::string, std::string>& fields);
+  void OnOwnEntry(const std::string& entry, const std::map<std::string, std::string>& fields);
+  void Claimed(Op op);
+  bool HasRoom() const;
+
+  // Operations.
+  void Serve(Op op);
+  void Create(Entry& e, Op op);
+  // The rest of a create once its template is known: `image` (a snapshot's) is copied as its disk,
+  // or a new disk of its size is made when empty.
+  // `version` tells snapshots of one name apart (a spare is adopted only by its own version).
+  void CreateOn(const std::string& sid, uint32_t t, const std::string& image, uint64_t snapshot_disk_bytes,
+                const std::string& version);
+  void TakeSnapshot(Entry& e, Op op);
+  void DeleteSnapshot(const Op& op);
+  void StartJob(std::shared_ptr<JobSpec> spec, std::string stream, std::string entry, uint32_t attempt);
+  void EndJob(const std::string& sid, JobResult&& r, uint64_t seq, const std::string& stream, const std::string& entry);
+  void Resume(Entry& e);
+  void Launch(Entry& e, bool fresh);
+  void Started(Entry& e);
+  void StartFailed(Entry& e, const std::string& why);
+  void Ended(Entry& e, const std::string& why, bool asked);
+  void StopSession(Entry& e, std::function<void()> then);
+  void Destroy(Entry& e, std::optional<Op> op);
+  void Info(Entry& e, Op op);
+  void RunOp(Entry& e, Op op);
+  OpAnswer Ports(const Entry& e, const SessionRequest& r);  // expose, unexpose, ports
+
+  // Answers.
+  void AnswerOp(const Op& op, OpAnswer answer);
+  void AnswerCommand(const Op& op, JobResult&& r, uint64_t seq);
+  void AnswerError(const Op& op, ErrorCode code, std::string message);
+  // An entry of another daemon's stream, or one that could not be decoded: answered with `code`
+  // in the form its op needs, without a claim.
+  void AnswerEntry(const std::string& stream, const std::string& entry, const std::map<std::string, std::string>& fields,
+                   ErrorCode code, const std::string& message);
+
+  // Records and files.
+  SessionInfo InfoOf(const Entry& e) const;
+  int64_t TimeoutAt(const Entry& e) const;
+  void WriteRecord(Entry& e);
+  void ForgetRecord(const std::string& sid);
+  std::string Dir(const std::string& sid) const;
+  Status SaveMeta(const Meta& m) const;
+  void LoadFromDisk();
+  void Reconcile();
+  void RemoveFiles(const std::string& sid);
+  void SetState(Entry& e, State s, std::string error = "");
+
+  // Peers and the intake.
+  void FindLostHosts();
+  void AnswerLostHost(const std::string& consumer);
+  void ExpireCreates();
+
+  void SpareKeeper(uint32_t t);
+  void TakeKeeper(uint32_t t, std::function<void(Pools::KeeperHandle)> done);
+  Session::Hooks HooksFor(std::shared_ptr<std::string> owner, const std::string& spare);
+  std::unique_ptr<Session> StartSandbox(std::shared_ptr<std::string> owner, uint32_t t, const Meta& m,
+                                        const std::string& dir, bool fresh, Pools::KeeperHandle k, std::string* error);
+  // Warm spares: one per template (configured, or a snapshot: its own warm pool) that has had a
+  // session, --session-spares, at most kMostSpares in all.
+  static constexpr size_t kMostSpares = 4;
+  Meta DefaultMeta(uint32_t t) const;
+  void MakeSpare(const std::string& name, uint32_t t, const std::string& image, uint64_t disk_bytes,
+                 const std::string& version);
+  void SpareReady(const std::string& name);
+  void DropSpare(const std::string& name, const std::string& why);
+  bool AdoptSpare(Entry& e, const std::string& version);
+  // Takes `memory` of the host budget for a session, giving up a spare if that makes room.
+  bool TakeBudget(uint64_t memory);
+  void Collect(std::unique_ptr<Session> s);
+
+  struct event_base* base_;
+  const DaemonConfig& config_;
+  const Keys& keys_;
+  RedisAsync* cmd_;
+  JobLedger* ledger_;
+  Pools* pools_;
+  Metrics* metrics_;
+  PortExposure* exposure_ = nullptr;
+  Network* network_ = nullptr;
+  std::function<void()> on_idle_;
+  std::unique_ptr<RedisAsync> reader_;
+  std::unique_ptr<Snapshots> snapshots_;
+  std::string own_stream_, intake_;
+  SessionLimits limits_;
+
+  std::map<std::string, Entry> sessions_;  // by session id: every session this host holds
+  std::map<std::string, std::string> op_session_;  // op id -> session id, while it runs
+  size_t ops_in_flight_ = 0;
+  bool reading_ = false, draining_ = false, own_scan_ = true, groups_ready_ = false;
+  bool reconciled_ = false;
+  int beats_ = 0;
+  std::map<uint32_t, std::vector<Pools::KeeperHandle>> spare_keepers_;
+  std::set<uint32_t> spare_pending_;
+  struct Spare {
+    std::shared_ptr<std::string> owner = std::make_shared<std::string>();  // "" until adopted
+    std::unique_ptr<Session> session;
+    std::string dir;  // <state-dir>/sessions/w-<n>
+    bool ready = false;
+    uint32_t t = 0;       // the configured template it runs on
+    Meta defaults;        // the limits and disk it was made with
+    std::string version;  // a snapshot's checksum@created_ms ("" for a configured template)
+  };
+  std::map<std::string, Spare> spares_;  // by template name (configured or snapshot)
+  uint64_t next_spare_ = 1;
+  std::vector<std::unique_ptr<Session>> graveyard_;
+  struct event* collect_ev_ = nullptr;
+};
+
+}  // namespace sandpool
