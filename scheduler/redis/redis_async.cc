@@ -241,4 +241,11 @@ std::string ReplyString(const redisReply* r) {
   return {};
 }
 
+std::map<std::string, std::string> ReplyFields(const redisReply* r) {
+  std::map<std::string, std::string> out;
+  if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return out;
+  for (size_t i = 0; i + 1 < r->elements; i += 2) out[ReplyString(r->element[i])] = ReplyString(r->element[i + 1]);
+  return out;
+}
+
 }  // namespace sandpool

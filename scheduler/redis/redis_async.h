@@ -117,5 +117,7 @@ class RedisAsync {
 // A reply's text: strings, statuses and errors as they are, integers in decimal; "" otherwise
 // (and for nullptr).
 std::string ReplyString(const redisReply* r);
+// A flat field/value array's pairs (HGETALL, a stream entry's fields); empty for anything else.
+std::map<std::string, std::string> ReplyFields(const redisReply* r);
 
 }  // namespace sandpool

@@ -301,11 +301,28 @@ end
 return n
 )lua";
 
+const char* const kSessionWriteScript = R"lua(
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('PERSIST', KEYS[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[2])
+return 'ok'
+)lua";
+
+const char* const kSessionForgetScript = R"lua(
+redis.call('HSET', KEYS[1], 'state', 'destroyed', 'consumer', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('SREM', KEYS[3], ARGV[1])
+return 'ok'
+)lua";
+
 const std::vector<const char*>& AllScripts() {
   static const std::vector<const char*> all = {kClaimScript,      kFinishScript,       kRejectScript,
                                                kCancelQueuedScript, kRefreshScript,   kForwardScript,
                                                kCancelFlagsScript,  kSessionRouteScript, kSessionExpireScript,
-                                               kSessionLoseScript};
+                                               kSessionLoseScript, kSessionWriteScript, kSessionForgetScript};
   return all;
 }
 

@@ -1,6 +1,7 @@
-// The Lua scripts that make job state changes atomic in Redis (sent with EVAL; Redis caches them
-// by hash, and EVAL survives SCRIPT FLUSH and restarts, unlike EVALSHA). The job hash's fields
-// are documented in PROTOCOL.md section 4.
+// The Lua scripts that make job and session state changes atomic in Redis. Sent as EVALSHA by
+// their SHA-1 (common/sha1.h), loaded on every connect (RedisAsync::PreloadScripts), with EVAL as
+// the fallback when Redis answers NOSCRIPT (a SCRIPT FLUSH, or a restart since the connect). The
+// job hash's fields are documented in PROTOCOL.md section 4.
 //
 // Completion records (PROTOCOL.md section 21). A notify target is "" (none), "<name>" or "<name>!"
 // (the record carries the result); it names the stream <prefix>:notify:<name>. The job hash's
@@ -76,6 +77,18 @@
 //   -> "ok" when the entry was still waiting, undelivered (nobody had room for it), and was
 //      answered (its result stored and published, the entry deleted); "taken" otherwise.
 //
+// SESSION_WRITE KEYS: session record, sessions set, host-sessions set (the holder's),
+//        session-hosts set
+//        ARGV: session id, holder consumer, then the record's fields and values
+//   -> "ok". Writes a session's record whole (PROTOCOL.md section 13), makes it permanent, and
+//      lists it (all sessions, this holder's) and the holder (hosts that hold sessions), in one
+//      step: a peer never sees a record its sets do not list, or the reverse.
+//
+// SESSION_FORGET KEYS: session record, sessions set, host-sessions set (the holder's)
+//        ARGV: session id, holder consumer, ttl s
+//   -> "ok". The session is gone: its record says "destroyed" for ttl s, then goes; it is no
+//      longer listed, so its id is free.
+//
 // SESSION_LOSE KEYS: the dead daemon's host-sessions set
 //        ARGV: record prefix ("<p>:session:"), message
 //   -> how many of its sessions were marked "lost" (every one not destroyed or lost already).
@@ -95,6 +108,8 @@ extern const char* const kCancelFlagsScript;
 extern const char* const kSessionRouteScript;
 extern const char* const kSessionExpireScript;
 extern const char* const kSessionLoseScript;
+extern const char* const kSessionWriteScript;
+extern const char* const kSessionForgetScript;
 
 // Every script above (RedisAsync::PreloadScripts).
 const std::vector<const char*>& AllScripts();

@@ -1,5 +1,14 @@
-// The sessions this daemon holds (PROTOCOL.md sections 12-19): reading their operations from
-// Redis, their records, their life cycle, and the routing of each operation to its Session.
+// The sessions this daemon holds (PROTOCOL.md sections 12-19): their life cycle, and the
+// routing of each operation to its Session. The pieces, each a module of this folder:
+//   op_reader          reads the operation streams (below)
+//   op_dispatch.cc     routes, claims and serves each operation (this class)
+//   op_answers         answers an operation or an unclaimed entry, in its op's form
+//   session_registry   the records in Redis (one script per change)
+//   session_store      the files on this host's disk (meta, disk image)
+//   spares             warm spares and session keepers started ahead
+//   snapshot_jobs.cc   snapshot operations and one-shot jobs on snapshot templates (this class)
+//   lost_hosts         what every daemon does for its peers' sessions
+//   session            one session's sandbox: commands, processes, files, code contexts
 //
 //   intake  `<p>:sreq:<queue>`             a create of a session nobody holds; read only while
 //                                            this host has room for one more session. Each entry
@@ -50,8 +59,14 @@
 #include "scheduler/jobs/job_ledger.h"
 #include "scheduler/jobs/pools.h"
 #include "scheduler/redis/redis_async.h"
+#include "scheduler/sessions/lost_hosts.h"
+#include "scheduler/sessions/op_answers.h"
+#include "scheduler/sessions/op_reader.h"
 #include "scheduler/sessions/session.h"
+#include "scheduler/sessions/session_registry.h"
+#include "scheduler/sessions/session_store.h"
 #include "scheduler/sessions/snapshots.h"
+#include "scheduler/sessions/spares.h"
 
 namespace sandpool {
 
@@ -96,29 +111,10 @@ class Sessions {
   enum class State { kCreating, kRunning, kStopping, kStopped, kDestroying, kError };
   static const char* StateName(State s);
 
-  // What a session was created with; kept in its `meta` file and its record's `options`.
-  struct Meta {
-    std::string id, template_name;
-    std::vector<std::pair<std::string, std::string>> env, labels;
-    uint64_t memory_bytes = 0, pids = 0, disk_bytes = 0;
-    double cpus = 0;
-    uint64_t idle_timeout_ms = 0, max_lifetime_ms = 0;
-    bool ephemeral = false;
-    int64_t created_ms = 0;
-    std::string base;  // the configured template it runs on (template_name, or a snapshot's base)
-    std::optional<EgressRequest> egress;  // its own narrowing of its template's policy (kept for resumes)
-  };
-
-  // An operation read from the own stream, claimed (or being claimed).
-  struct Op {
-    std::string stream, entry;
-    SessionRequest req;
-    uint32_t attempt = 1;
-    int64_t received_us = 0;
-  };
+  using Op = SessionOpEntry;
 
   struct Entry {
-    Meta meta;
+    SessionMeta meta;
     State state = State::kStopped;
     uint32_t template_index = 0;
     int64_t last_used_ms = 0;
@@ -136,13 +132,9 @@ class Sessions {
     std::function<void(bool started, const std::string& why)> job_start;
   };
 
-  // Reading.
-  void ConnectReader();
-  void Read();
-  void Deliver(redisReply* streams);
+  // Reading (op_dispatch.cc).
   void OnIntakeEntry(const std::string& entry, const std::map<std::string, std::string>& fields);
   void OnOwnEntry(const std::string& entry, const std::map<std::string, std::string>& fields);
-  void Claimed(Op op);
   bool HasRoom() const;
 
   // Operations.
@@ -168,46 +160,23 @@ class Sessions {
   void RunOp(Entry& e, Op op);
   OpAnswer Ports(const Entry& e, const SessionRequest& r);  // expose, unexpose, ports
 
-  // Answers.
+  // Answers of claimed operations (op_answers.h); each ends one operation in flight.
   void AnswerOp(const Op& op, OpAnswer answer);
   void AnswerCommand(const Op& op, JobResult&& r, uint64_t seq);
   void AnswerError(const Op& op, ErrorCode code, std::string message);
-  // An entry of another daemon's stream, or one that could not be decoded: answered with `code`
-  // in the form its op needs, without a claim.
-  void AnswerEntry(const std::string& stream, const std::string& entry, const std::map<std::string, std::string>& fields,
-                   ErrorCode code, const std::string& message);
+  void OpDone();
 
-  // Records and files.
+  // Records (session_registry.h).
   SessionInfo InfoOf(const Entry& e) const;
   int64_t TimeoutAt(const Entry& e) const;
   void WriteRecord(Entry& e);
-  void ForgetRecord(const std::string& sid);
-  std::string Dir(const std::string& sid) const;
-  Status SaveMeta(const Meta& m) const;
-  void LoadFromDisk();
   void Reconcile();
-  void RemoveFiles(const std::string& sid);
   void SetState(Entry& e, State s, std::string error = "");
 
-  // Peers and the intake.
-  void FindLostHosts();
-  void AnswerLostHost(const std::string& consumer);
-  void ExpireCreates();
-
-  void SpareKeeper(uint32_t t);
-  void TakeKeeper(uint32_t t, std::function<void(Pools::KeeperHandle)> done);
+  // The hooks of a session sandbox (a session's, or a warm spare's while `owner` is "").
   Session::Hooks HooksFor(std::shared_ptr<std::string> owner, const std::string& spare);
-  std::unique_ptr<Session> StartSandbox(std::shared_ptr<std::string> owner, uint32_t t, const Meta& m,
+  std::unique_ptr<Session> StartSandbox(std::shared_ptr<std::string> owner, uint32_t t, const SessionMeta& m,
                                         const std::string& dir, bool fresh, Pools::KeeperHandle k, std::string* error);
-  // Warm spares: one per template (configured, or a snapshot: its own warm pool) that has had a
-  // session, --session-spares, at most kMostSpares in all.
-  static constexpr size_t kMostSpares = 4;
-  Meta DefaultMeta(uint32_t t) const;
-  void MakeSpare(const std::string& name, uint32_t t, const std::string& image, uint64_t disk_bytes,
-                 const std::string& version);
-  void SpareReady(const std::string& name);
-  void DropSpare(const std::string& name, const std::string& why);
-  bool AdoptSpare(Entry& e, const std::string& version);
   // Takes `memory` of the host budget for a session, giving up a spare if that makes room.
   bool TakeBudget(uint64_t memory);
   void Collect(std::unique_ptr<Session> s);
@@ -222,30 +191,20 @@ class Sessions {
   PortExposure* exposure_ = nullptr;
   Network* network_ = nullptr;
   std::function<void()> on_idle_;
-  std::unique_ptr<RedisAsync> reader_;
-  std::unique_ptr<Snapshots> snapshots_;
-  std::string own_stream_, intake_;
   SessionLimits limits_;
+  SessionStore store_;
+  SessionRegistry registry_;
+  OpAnswers answers_;
+  std::unique_ptr<LostHosts> lost_hosts_;
+  std::unique_ptr<SessionOpReader> reader_;
+  std::unique_ptr<SessionSpares> spares_;
+  std::unique_ptr<Snapshots> snapshots_;
 
   std::map<std::string, Entry> sessions_;  // by session id: every session this host holds
   std::map<std::string, std::string> op_session_;  // op id -> session id, while it runs
   size_t ops_in_flight_ = 0;
-  bool reading_ = false, draining_ = false, own_scan_ = true, groups_ready_ = false;
+  bool draining_ = false;
   bool reconciled_ = false;
-  int beats_ = 0;
-  std::map<uint32_t, std::vector<Pools::KeeperHandle>> spare_keepers_;
-  std::set<uint32_t> spare_pending_;
-  struct Spare {
-    std::shared_ptr<std::string> owner = std::make_shared<std::string>();  // "" until adopted
-    std::unique_ptr<Session> session;
-    std::string dir;  // <state-dir>/sessions/w-<n>
-    bool ready = false;
-    uint32_t t = 0;       // the configured template it runs on
-    Meta defaults;        // the limits and disk it was made with
-    std::string version;  // a snapshot's checksum@created_ms ("" for a configured template)
-  };
-  std::map<std::string, Spare> spares_;  // by template name (configured or snapshot)
-  uint64_t next_spare_ = 1;
   std::vector<std::unique_ptr<Session>> graveyard_;
   struct event* collect_ev_ = nullptr;
 };

@@ -246,8 +246,7 @@ void Snapshots::Ensure(const std::string& name, std::function<void(Result<Snapsh
       FinishEnsure(name, Status::Error("Redis did not answer"));
       return;
     }
-    std::map<std::string, std::string> f;
-    for (size_t i = 0; i + 1 < r->elements; i += 2) f[ReplyString(r->element[i])] = ReplyString(r->element[i + 1]);
+    std::map<std::string, std::string> f = ReplyFields(r);
     if (f.empty()) {
       RemoveLocal(name);  // a deleted snapshot's copy, if any
       FinishEnsure(name, Status::Error("no template or snapshot named " + name, ENOENT));
