@@ -1,6 +1,7 @@
 #include "scheduler/daemon/daemon.h"
 
 #include "scheduler/daemon/heartbeat_fields.h"
+#include "scheduler/jobs/claim_settle.h"
 #include "scheduler/net/net_setup.h"
 #include "scheduler/daemon/sd_notify.h"
 
@@ -288,11 +289,10 @@ void Daemon::Claim(Slot* slot, Admitted job, StreamEntry e) {
                 LogError("cannot narrow a slot's network; the job fails", {{"job", job_id}, {"error", s.message()}});
                 if (network_) network_->Reset(slot->template_index(), slot->index());
                 slot->Release();
-                JobResult res;
-                res.id = job_id;
-                res.attempt = attempt;
-                res.error = JobError{ErrorCode::kInternal, "the job's egress policy could not be applied: " + s.message()};
-                ledger_->Finish(std::move(res), stream, entry, 0, config_.templates[slot->template_index()].name);
+                ledger_->Finish(ErrorResult(job_id, attempt,
+                                            JobError{ErrorCode::kInternal,
+                                                     "the job's egress policy could not be applied: " + s.message()}),
+                                stream, entry, 0, config_.templates[slot->template_index()].name);
                 return;
               }
               narrowed_run->narrowed = true;
@@ -302,33 +302,16 @@ void Daemon::Claim(Slot* slot, Admitted job, StreamEntry e) {
             else narrowed(Status::Error("no network"));
             return;
           }
-          case JobLedger::Verdict::kCancelled:
-          case JobLedger::Verdict::kLost: {
+          default:
             slot->Release();
-            JobResult res;
-            res.id = job_id;
-            res.attempt = attempt;
-            if (verdict == JobLedger::Verdict::kCancelled) {
-              res.outcome = Outcome::kCancelled;
-              res.error = JobError{ErrorCode::kCancelled, "cancelled by a client before it started"};
-            } else {
-              res.outcome = Outcome::kWorkerLost;
-              res.error = JobError{ErrorCode::kWorkerLost, "the daemon running this job died and no retry was left"};
+            if (verdict == JobLedger::Verdict::kLost) {
               metrics_.RecoveredJob(pools_->MetricsIndex(slot->template_index()), "lost");
             }
-            ledger_->Finish(std::move(res), stream, entry, 0, config_.templates[slot->template_index()].name);
-            return;
-          }
-          case JobLedger::Verdict::kDrop:
-            slot->Release();
-            LogDebug("dropping entry", {{"job", job_id}, {"entry", entry}});
-            ledger_->Ack(stream, entry);
-            return;
-          case JobLedger::Verdict::kUnknown:
-            // Whether the claim happened is unknown: the entry stays pending; the own-pending
-            // scan after reconnecting claims it again (as the same attempt).
-            ledger_->Drop(entry);
-            slot->Release();
+            SettleClaim(ledger_.get(), verdict, stream, entry, "the daemon running this job died and no retry was left",
+                        [&](JobError error) {
+                          ledger_->Finish(ErrorResult(job_id, attempt, std::move(error)), stream, entry, 0,
+                                          config_.templates[slot->template_index()].name);
+                        });
             return;
         }
       });

@@ -160,4 +160,13 @@ void ProcessIo::Stop() {
   stdin_.reset();
 }
 
+void FoldOutput(ProcessIo::Output&& out, JobResult* r) {
+  r->stdout_data = std::move(out.data[0]);
+  r->stderr_data = std::move(out.data[1]);
+  r->stdout_truncated = out.truncated[0];
+  r->stderr_truncated = out.truncated[1];
+  r->stdout_dropped_bytes = out.dropped[0];
+  r->stderr_dropped_bytes = out.dropped[1];
+}
+
 }  // namespace sandpool

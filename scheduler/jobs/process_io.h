@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "common/fd.h"
+#include "queue/protocol.h"
 
 namespace sandpool {
 
@@ -77,5 +78,9 @@ class ProcessIo {
   Output out_;
   Hooks hooks_;
 };
+
+// Moves what was read into a result (stdout/stderr data, truncated flags, dropped counts): the
+// one place a process's output becomes a job's, a session command's or a code call's result.
+void FoldOutput(ProcessIo::Output&& out, JobResult* r);
 
 }  // namespace sandpool

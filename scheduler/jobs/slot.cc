@@ -284,15 +284,7 @@ void Slot::FinishNow(ExitedMsg exited) {
     result_.attempt = job_->attempt;
     result_.queue_wait_us = job_->queue_wait_us;
   }
-  if (launched_) {
-    ProcessIo::Output& out = io_.output();
-    result_.stdout_data = std::move(out.data[0]);
-    result_.stderr_data = std::move(out.data[1]);
-    result_.stdout_truncated = out.truncated[0];
-    result_.stderr_truncated = out.truncated[1];
-    result_.stdout_dropped_bytes = out.dropped[0];
-    result_.stderr_dropped_bytes = out.dropped[1];
-  }
+  if (launched_) FoldOutput(std::move(io_.output()), &result_);
   FillOutcome(exited, kill_, &result_);
   if (result_.error && result_.error->code == ErrorCode::kExecFailed && !job_->spec.argv.empty() &&
       result_.error->message.rfind("exec:", 0) == 0) {

@@ -137,9 +137,7 @@ struct CodeContext::CallState {
   uint32_t attempt = 1;
   Session::CommandDone done;
   uint64_t seq = 0;
-  std::string out[2];
-  bool truncated[2] = {false, false};
-  uint64_t dropped[2] = {0, 0};
+  ProcessIo::Output out;  // the call's output, up to spec.max_output_bytes per stream
   int64_t started_us = 0;
   bool sent = false;
 };
@@ -335,8 +333,7 @@ void CodeContext::StartInterpreter() {
             x.wait_status = e->wait_status;
             x.exec_time_us = static_cast<uint64_t>(MonotonicUs() - current_->started_us);
             FillOutcome(x, KillReason::kNone, &r);
-            r.stdout_data = std::move(current_->out[0]);
-            r.stderr_data = std::move(current_->out[1]);
+            FoldOutput(std::move(current_->out), &r);
             uint64_t seq = current_->seq++;
             auto done = std::move(current_->done);
             current_.reset();
@@ -389,16 +386,16 @@ void CodeContext::OnOutput(int stream, std::string_view data) {
   std::string chunk;
   int status = TakeOutput(marker_, &held_[stream], data, &chunk);
   if (!chunk.empty()) {
-    uint64_t room = c.spec.max_output_bytes > c.out[stream].size() ? c.spec.max_output_bytes - c.out[stream].size() : 0;
+    uint64_t room = c.spec.max_output_bytes > c.out.data[stream].size() ? c.spec.max_output_bytes - c.out.data[stream].size() : 0;
     size_t keep = static_cast<size_t>(std::min<uint64_t>(room, chunk.size()));
-    c.out[stream].append(chunk, 0, keep);
+    c.out.data[stream].append(chunk, 0, keep);
     if (keep > 0) {
       session_.Publish(session_.OpChannel(c.op_id),
                        EncodeOutputEvent(c.seq++, stream == 0 ? "stdout" : "stderr", std::string_view(chunk).substr(0, keep)));
     }
     if (keep < chunk.size()) {
-      c.truncated[stream] = true;
-      c.dropped[stream] += chunk.size() - keep;
+      c.out.truncated[stream] = true;
+      c.out.dropped[stream] += chunk.size() - keep;
       KillInterpreter();
       EndCall(KillReason::kOutputLimit, false);
       Next();
@@ -419,8 +416,7 @@ void CodeContext::OnOutput(int stream, std::string_view data) {
       r.attempt = done_call.attempt;
       r.worker = session_.worker();
       r.exec_time_us = static_cast<uint64_t>(MonotonicUs() - done_call.started_us);
-      r.stdout_data = std::move(done_call.out[0]);
-      r.stderr_data = std::move(done_call.out[1]);
+      FoldOutput(std::move(done_call.out), &r);
       uint64_t seq = done_call.seq++;
       auto done = std::move(done_call.done);
       current_.reset();
@@ -447,12 +443,7 @@ void CodeContext::EndCall(KillReason kill, bool session_gone) {
   r.id = c->op_id;
   r.attempt = c->attempt;
   r.worker = session_.worker();
-  r.stdout_data = std::move(c->out[0]);
-  r.stderr_data = std::move(c->out[1]);
-  r.stdout_truncated = c->truncated[0];
-  r.stderr_truncated = c->truncated[1];
-  r.stdout_dropped_bytes = c->dropped[0];
-  r.stderr_dropped_bytes = c->dropped[1];
+  FoldOutput(std::move(c->out), &r);
   if (c->sent) r.exec_time_us = static_cast<uint64_t>(MonotonicUs() - c->started_us);
   if (session_gone) {
     r.outcome = Outcome::kError;

@@ -2,6 +2,7 @@
 
 #include "common/clock.h"
 #include "queue/msgpack_read.h"
+#include "scheduler/jobs/claim_settle.h"
 
 namespace sandpool {
 
@@ -37,12 +38,7 @@ void OpAnswers::Command(const SessionOpEntry& op, JobResult&& r, uint64_t seq) {
 
 void OpAnswers::Error(const SessionOpEntry& op, ErrorCode code, std::string message) {
   if (IsCommandOp(op.req.op)) {
-    JobResult r;
-    r.outcome = code == ErrorCode::kCancelled ? Outcome::kCancelled
-                : code == ErrorCode::kWorkerLost ? Outcome::kWorkerLost
-                                                 : Outcome::kError;
-    r.error = JobError{code, std::move(message)};
-    Command(op, std::move(r), 0);
+    Command(op, ErrorResult(op.req.id, op.attempt, JobError{code, std::move(message)}), 0);
     return;
   }
   Op(op, OpAnswer::Error(code, std::move(message)));
@@ -81,11 +77,8 @@ void OpAnswers::Entry(const std::string& stream, const std::string& entry,
     result = EncodeOpResult(r);
     event = EncodeOpExitedEvent(r);
   } else {
-    JobResult r;
-    r.id = id;
-    r.outcome = code == ErrorCode::kWorkerLost ? Outcome::kWorkerLost : Outcome::kError;
+    JobResult r = ErrorResult(id, 0, JobError{code, message});  // never claimed: attempt 0
     r.worker = config_.consumer;
-    r.error = JobError{code, message};
     result = EncodeResult(r);
     event = EncodeExitedEvent(0, r);
   }

@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "scheduler/jobs/claim_settle.h"
 #include "scheduler/net/net_setup.h"
 #include "scheduler/net/port_exposure.h"
 #include "scheduler/redis/scripts.h"
@@ -92,24 +93,17 @@ void Sessions::OnOwnEntry(const std::string& entry, const std::map<std::string, 
   auto shared = std::make_shared<Op>(std::move(op));
   bool sent = ledger_->Claim(shared->req.id, reader_->own_stream(), entry, 1, [this, shared](JobLedger::Verdict v, uint32_t attempt) {
     shared->attempt = attempt;
-    switch (v) {
-      case JobLedger::Verdict::kRun:
-        Serve(std::move(*shared));
-        return;
-      case JobLedger::Verdict::kCancelled:
-        AnswerError(*shared, ErrorCode::kCancelled, "cancelled by a client before it started");
-        return;
-      case JobLedger::Verdict::kLost:
-        AnswerError(*shared, ErrorCode::kWorkerLost, "the daemon holding the session died while this operation ran");
-        return;
-      case JobLedger::Verdict::kDrop:
-        ledger_->Ack(reader_->own_stream(), shared->entry);
-        break;
-      case JobLedger::Verdict::kUnknown:
-        break;  // left pending: the own scan after reconnecting claims it again
+    if (v == JobLedger::Verdict::kRun) {
+      Serve(std::move(*shared));
+      return;
     }
-    --ops_in_flight_;
-    if (on_idle_) on_idle_();
+    bool answered = false;
+    SettleClaim(ledger_, v, shared->stream, shared->entry,
+                "the daemon holding the session died while this operation ran", [&](JobError error) {
+                  answered = true;
+                  AnswerError(*shared, error.code, std::move(error.message));
+                });
+    if (!answered) OpDone();
   });
   if (!sent) --ops_in_flight_;
 }

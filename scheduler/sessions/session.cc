@@ -505,13 +505,7 @@ void Session::FinishCommand(Command& c) {
   r.id = c.op_id;
   r.attempt = c.attempt;
   r.worker = worker_;
-  ProcessIo::Output& out = c.io.output();
-  r.stdout_data = std::move(out.data[0]);
-  r.stderr_data = std::move(out.data[1]);
-  r.stdout_truncated = out.truncated[0];
-  r.stderr_truncated = out.truncated[1];
-  r.stdout_dropped_bytes = out.dropped[0];
-  r.stderr_dropped_bytes = out.dropped[1];
+  FoldOutput(std::move(c.io.output()), &r);
   if (c.exited) {
     ExitedMsg x = AsExited(c.exit);
     // Only a command that died of them is charged with them: other processes of the session

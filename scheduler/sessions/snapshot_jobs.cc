@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/fd.h"
+#include "scheduler/jobs/claim_settle.h"
 #include "scheduler/sessions/sessions.h"
 
 namespace sandpool {
@@ -95,32 +96,16 @@ void Sessions::RunJob(JobSpec spec, const std::string& stream, const std::string
   auto shared = std::make_shared<JobSpec>(std::move(spec));
   bool sent = ledger_->Claim(shared->id, stream, entry, shared->retries + 1,
                              [this, shared, stream, entry](JobLedger::Verdict v, uint32_t attempt) {
-    JobResult r;
-    r.id = shared->id;
-    r.attempt = attempt;
-    switch (v) {
-      case JobLedger::Verdict::kRun:
-        StartJob(shared, stream, entry, attempt);
-        return;
-      case JobLedger::Verdict::kCancelled:
-        r.outcome = Outcome::kCancelled;
-        r.error = JobError{ErrorCode::kCancelled, "cancelled by a client before it started"};
-        ledger_->Finish(std::move(r), stream, entry, 0, Metrics::kOtherTemplate);
-        break;
-      case JobLedger::Verdict::kLost:
-        r.outcome = Outcome::kWorkerLost;
-        r.error = JobError{ErrorCode::kWorkerLost, "the daemon running this job died and no retry was left"};
-        ledger_->Finish(std::move(r), stream, entry, 0, Metrics::kOtherTemplate);
-        break;
-      case JobLedger::Verdict::kDrop:
-        ledger_->Ack(stream, entry);
-        break;
-      case JobLedger::Verdict::kUnknown:
-        ledger_->Drop(entry);
-        break;
+    if (v == JobLedger::Verdict::kRun) {
+      StartJob(shared, stream, entry, attempt);
+      return;
     }
-    --ops_in_flight_;
-    if (on_idle_) on_idle_();
+    SettleClaim(ledger_, v, stream, entry, "the daemon running this job died and no retry was left",
+                [&](JobError error) {
+                  ledger_->Finish(ErrorResult(shared->id, attempt, std::move(error)), stream, entry, 0,
+                                  Metrics::kOtherTemplate);
+                });
+    OpDone();
   });
   if (!sent) {
     ledger_->Drop(entry);
@@ -130,14 +115,8 @@ void Sessions::RunJob(JobSpec spec, const std::string& stream, const std::string
 
 void Sessions::StartJob(std::shared_ptr<JobSpec> spec, std::string stream, std::string entry, uint32_t attempt) {
   auto fail = [this, spec, stream, entry, attempt](ErrorCode code, const std::string& why) {
-    JobResult r;
-    r.id = spec->id;
-    r.attempt = attempt;
-    r.outcome = Outcome::kError;
-    r.error = JobError{code, why};
-    ledger_->Finish(std::move(r), stream, entry, 0, Metrics::kOtherTemplate);
-    --ops_in_flight_;
-    if (on_idle_) on_idle_();
+    ledger_->Finish(ErrorResult(spec->id, attempt, JobError{code, why}), stream, entry, 0, Metrics::kOtherTemplate);
+    OpDone();
   };
   snapshots_->Ensure(spec->template_name, [this, spec, stream, entry, attempt, fail](Result<SnapshotMeta> snap) {
     int base = snap.ok() ? FindTemplate(config_, snap->base) : -1;
