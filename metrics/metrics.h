@@ -1,6 +1,7 @@
 // Metrics: every Prometheus series sandpoold exports, in one registry.
 //
-// Conventions (docs: reference/anchors.md): prefix `sandpool_`, base units in names, counters end
+// Conventions (Prometheus's naming practices, https://prometheus.io/docs/practices/naming/;
+// docs/METRICS.md says them to operators): prefix `sandpool_`, base units in names, counters end
 // in `_total`, histograms (never summaries) with buckets from 0.5 ms to 10 min, labels only from
 // fixed sets (never a job id). sandpool_jobs_received_total is the attempts counter for the
 // completed/rejected counters.

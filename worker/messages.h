@@ -1,5 +1,6 @@
 // Messages between the scheduler, the spawner and the keepers (frame types and payloads for
-// worker/channel.h). Payloads are msgpack maps; both ends are this binary, so there is no
+// worker/channel.h). Payloads are msgpack maps (worker/wire.h: each struct's members are its
+// field list, the same style as session_messages.h); both ends are this binary, so there is no
 // versioning beyond the frame type. Decoding never throws: a bad payload is an error Status.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "worker/wire.h"
 
 namespace sandpool {
 
@@ -32,6 +34,7 @@ enum class MsgType : uint16_t {
 struct ReadyMsg {
   uint64_t generation = 0;  // counts sandboxes of this slot; echoed in Run/Kill/Exited
   uint64_t prepare_us = 0;  // time to prepare this sandbox
+  MSGPACK_DEFINE_MAP(generation, prepare_us)
 };
 
 // Everything the sandbox needs to start a job. The keeper applies the cgroup parts and passes
@@ -49,6 +52,8 @@ struct RunMsg {
   uint64_t pids = 0;              // 0: keep the slot's default
   uint64_t file_size_bytes = 0;   // RLIMIT_FSIZE; 0: keep the default
   uint64_t open_files = 0;        // RLIMIT_NOFILE; 0: keep the default
+  MSGPACK_DEFINE_MAP(generation, kind, code, argv, env, cwd, cpu_time_ms, memory_bytes, pids, file_size_bytes,
+                     open_files)
 };
 
 struct ExitedMsg {
@@ -67,21 +72,27 @@ struct ExitedMsg {
   uint64_t pids_max_hits = 0;  // forks refused by the pids limit during the job
   bool disk_full = false;    // /work or /tmp had no space or inodes left when the job ended
   uint64_t exec_time_us = 0;  // from exec to the main process's end (keeper's clock)
+  MSGPACK_DEFINE_MAP(generation, have_status, wait_status, exec_errno, exec_stage, started, killed,
+                     cpu_limit, memory_limit, cpu_time_us, peak_memory_bytes, oom_kills, pids_max_hits,
+                     disk_full, exec_time_us)
 };
 
 // Started (keeper -> scheduler) and Kill (scheduler -> keeper) carry only the generation.
 struct GenerationMsg {
   uint64_t generation = 0;
+  MSGPACK_DEFINE_MAP(generation)
 };
 
 struct FailedMsg {
   std::string message;
+  MSGPACK_DEFINE_MAP(message)
 };
 
 struct SpawnKeeperMsg {
   uint32_t slot = 0;
   uint32_t template_index = 0;  // into the template list the spawner was started with
   bool session = false;         // a session keeper (session_keeper.h), not a job keeper
+  MSGPACK_DEFINE_MAP(slot, template_index, session)
 };
 
 // A session disk at `path` (a new file; its directory is made): a new, empty one, an image file
@@ -94,16 +105,19 @@ struct MakeDiskMsg {
   std::string path;
   uint64_t bytes = 0;
   std::string from;
+  MSGPACK_DEFINE_MAP(request, path, bytes, from)
 };
 struct DiskMadeMsg {
   uint64_t request = 0;
   std::string error;  // empty: made
   uint64_t data_bytes = 0;  // a copy: the bytes of data copied
+  MSGPACK_DEFINE_MAP(request, error, data_bytes)
 };
 
 struct KeeperMsg {
   uint32_t slot = 0;
   int32_t pid = 0;
+  MSGPACK_DEFINE_MAP(slot, pid)
 };
 
 // What a nursery mother's children need to set themselves up (nursery.h): the inside-the-sandbox
@@ -115,6 +129,8 @@ struct NurseryConfigMsg {
   bool has_layer = false;
   std::string layer_mount;
   std::string bpf;
+  MSGPACK_DEFINE_MAP(hostname, work_bytes, tmp_bytes, shm_bytes, inodes, open_files, file_size_bytes, upper_bytes,
+                     has_layer, layer_mount, bpf)
 };
 
 std::string Encode(const ReadyMsg& m);

@@ -23,14 +23,13 @@
 // bounded, validated, never trusted for a decision about the host.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "worker/wire.h"  // EncodeMsg, DecodeMsg (kSandboxLimits: the agent is inside a sandbox)
 
 namespace sandpool {
 
@@ -153,28 +152,5 @@ struct AgentReplyMsg {
   std::string value;    // msgpack map, the operation's `value`
   MSGPACK_DEFINE_MAP(req, error, message, value)
 };
-
-template <typename M>
-std::string EncodeMsg(const M& m) {
-  msgpack::sbuffer buf;
-  msgpack::pack(buf, m);
-  return std::string(buf.data(), buf.size());
-}
-
-// Never throws; a bad payload is an error Status. Bounded (strings and bins up to 32 MiB,
-// containers to 64 Ki elements, depth 8): the agent's side is inside a sandbox.
-template <typename M>
-Status DecodeMsg(std::string_view in, M* m) {
-  try {
-    msgpack::unpack_limit limit(1 << 16, 1 << 16, 32u << 20, 32u << 20, 0, 8);
-    size_t off = 0;
-    msgpack::object_handle oh = msgpack::unpack(in.data(), in.size(), off, nullptr, nullptr, limit);
-    if (off != in.size()) return Status::Error("bad message: trailing bytes");
-    oh.get().convert(*m);
-  } catch (const std::exception& e) {
-    return Status::Error(std::string("bad message: ") + e.what());
-  }
-  return Status::Ok();
-}
 
 }  // namespace sandpool
