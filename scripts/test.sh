@@ -13,10 +13,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$(id -u)" -ne 0 ]; then exec sudo -E bash "$0" "$@"; fi
 extra_deps=""
 # CI (SANDPOOL_ALL_BUILDS) also installs systemd's tools for the unit file's checks (tests skip
-# them where systemd-analyze is missing), and podman with runc for the container test, which it
-# turns on (tests/integration/test_podman.py; opt-in otherwise: SANDPOOL_CONTAINER_TESTS=1).
+# them where systemd-analyze is missing), and podman, runc and mmdebstrap for the container test,
+# which it turns on (tests/integration/test_podman.py; opt-in otherwise: SANDPOOL_CONTAINER_TESTS=1).
 if [ -n "${SANDPOOL_ALL_BUILDS:-}" ]; then
-  extra_deps="clang libclang-rt-14-dev systemd podman runc"
+  extra_deps="clang libclang-rt-14-dev systemd podman runc mmdebstrap"
   export SANDPOOL_CONTAINER_TESTS=${SANDPOOL_CONTAINER_TESTS:-1}
 fi
 SANDPOOL_DEPS_EXTRA="${SANDPOOL_DEPS_EXTRA:-} $extra_deps" bash "$root/scripts/install-deps.sh"
@@ -29,6 +29,11 @@ if [ -n "${SANDPOOL_ALL_BUILDS:-}" ]; then
   step "Release build with GCC (build-release)"
   cmake -S "$root" -B "$root/build-release" -DCMAKE_BUILD_TYPE=Release -DSANDPOOL_BUILD_TESTS=OFF $werror >/dev/null
   cmake --build "$root/build-release" -j"$jobs"
+  if [ "${SANDPOOL_CONTAINER_TESTS:-}" = 1 ]; then
+    # From build-release's binaries; the container test's own call then finds it cached.
+    step "container image (scripts/build-image.sh)"
+    bash "$root/scripts/build-image.sh"
+  fi
   step "clang build with the fuzzers (build-clang)"
   CXX=clang++ cmake -S "$root" -B "$root/build-clang" -DCMAKE_BUILD_TYPE=Debug -DSANDPOOL_FUZZ=ON $werror >/dev/null
   cmake --build "$root/build-clang" -j"$jobs"
