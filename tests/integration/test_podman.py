@@ -152,7 +152,9 @@ def test_too_little_privilege_is_named_at_start(image, redis_server, container_n
     Either way sandpoold exits 1 at once, before any job."""
     if case == "podman-defaults":
         caps, extra = CAPS, []
-        expected = ["sandpoold: /proc has paths masked or mounted over", "sandpoold: the cgroup filesystem is read-only"]
+        # Each with what to do about it.
+        expected = ["sandpoold: /proc has paths masked or mounted over", "podman --security-opt unmask=/proc/*",
+                    "sandpoold: the cgroup filesystem is read-only", "remount its own cgroup writable"]
     else:
         caps, extra = [c for c in CAPS if c != "mknod"], ["--security-opt", "unmask=/proc/*"]
         expected = ["sandpoold: capability CAP_MKNOD is missing"]
