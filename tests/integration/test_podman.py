@@ -45,14 +45,20 @@ def _cgroup_remount() -> str:
     return "; ".join(f"mount -o remount,bind,rw {t}" for t in targets)
 
 
+def _project_version() -> str:
+    return re.search(r"project\(sandpool VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
+
+
 @pytest.fixture(scope="module")
 def image():
-    """scripts/build-image.sh's tag: built once, then found cached (same binaries, same inputs)."""
+    """scripts/build-image.sh's tag: built once, then found cached (same binaries, same inputs).
+    SANDPOOL_TEST_IMAGE names another build of the image instead (e.g. the Containerfile's)."""
+    if os.environ.get("SANDPOOL_TEST_IMAGE"):
+        return os.environ["SANDPOOL_TEST_IMAGE"]
     out = subprocess.run(["bash", str(REPO / "scripts/build-image.sh")], capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-4000:]
     tag = out.stdout.strip().splitlines()[-1]
-    version = re.search(r"project\(sandpool VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
-    assert tag == f"sandpool:{version}"
+    assert tag == f"sandpool:{_project_version()}"
     return tag
 
 
@@ -173,7 +179,7 @@ def test_the_image_metadata_and_its_non_root_user(image):
     config = json.loads(subprocess.run(["podman", "image", "inspect", "--format", "{{json .Config}}", image],
                                        capture_output=True, text=True, check=True, timeout=60).stdout)
     assert config["Entrypoint"] == ["/usr/local/bin/sandpoold"]
-    assert config["Labels"]["org.opencontainers.image.version"] == image.split(":")[1]
+    assert config["Labels"]["org.opencontainers.image.version"] == _project_version()
     assert config["Labels"]["org.opencontainers.image.title"] == "sandpool"
     out = subprocess.run(["podman", "--runtime", "runc", "run", "--rm", "--ulimit", "nofile=1024:1024",
                           "--ulimit", "nproc=1024:1024", "--cap-drop", "all", "--network", "none", "--user", "sandpool",
