@@ -4,20 +4,17 @@
 # Needs root (or sudo). Set SANDPOOL_DEPS_EXTRA="pkg ..." to add more.
 set -euo pipefail
 
-packages=(
-  build-essential cmake pkg-config
-  libhiredis-dev libevent-dev libmsgpack-cxx-dev libseccomp-dev prometheus-cpp-dev
-  libgtest-dev
-  libnl-3-dev libnl-route-3-dev libnftables-dev libldns-dev libunbound-dev libnetfilter-conntrack-dev nftables dnsmasq-base
-  redis-server
-  python3 python3-redis python3-msgpack python3-pytest
-  bubblewrap procps iproute2
-  jsonnet prometheus  # the monitoring mixin: generation, promtool, and a real server in its test
-  tmux  # drives `sandpool top` in its test
-)
-# Node for the TypeScript client and the Mastra provider's tests (>= 20; a Node already on the
-# machine, e.g. from NodeSource, is used as it is).
-command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
+# The package names: deploy/container/packages.txt (shared with the container image's builds),
+# the "build" and "test" sets. nodejs and npm only where no node is on the machine (>= 20; a
+# Node already there, e.g. from NodeSource, is used as it is).
+list="$(cd "$(dirname "$0")/.." && pwd)/deploy/container/packages.txt"
+packages=()
+while read -r name sets; do
+  case "$name" in ''|'#'*) continue ;; esac
+  case " $sets " in *" build "*|*" test "*) ;; *) continue ;; esac
+  if [ "$name" = nodejs ] || [ "$name" = npm ]; then command -v node >/dev/null 2>&1 && continue; fi
+  packages+=("$name")
+done <"$list"
 # shellcheck disable=SC2206
 packages+=(${SANDPOOL_DEPS_EXTRA:-})
 

@@ -13,12 +13,14 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$(id -u)" -ne 0 ]; then exec sudo -E bash "$0" "$@"; fi
 extra_deps=""
 # CI (SANDPOOL_ALL_BUILDS) also installs systemd's tools for the unit file's checks (tests skip
-# them where systemd-analyze is missing), and podman with runc for the container test, which it
-# turns on (tests/integration/test_podman.py; opt-in otherwise: SANDPOOL_CONTAINER_TESTS=1).
+# them where systemd-analyze is missing), and turns the container test on
+# (tests/integration/test_podman.py; opt-in otherwise: SANDPOOL_CONTAINER_TESTS=1), which needs
+# podman, runc and mmdebstrap and the image (built before the tests, once: scripts/build-image.sh).
 if [ -n "${SANDPOOL_ALL_BUILDS:-}" ]; then
-  extra_deps="clang libclang-rt-14-dev systemd podman runc"
+  extra_deps="clang libclang-rt-14-dev systemd"
   export SANDPOOL_CONTAINER_TESTS=${SANDPOOL_CONTAINER_TESTS:-1}
 fi
+if [ "${SANDPOOL_CONTAINER_TESTS:-}" = 1 ]; then extra_deps="$extra_deps podman runc mmdebstrap"; fi
 SANDPOOL_DEPS_EXTRA="${SANDPOOL_DEPS_EXTRA:-} $extra_deps" bash "$root/scripts/install-deps.sh"
 jobs=$(nproc)
 werror=-DCMAKE_COMPILE_WARNING_AS_ERROR=ON
@@ -33,6 +35,13 @@ if [ -n "${SANDPOOL_ALL_BUILDS:-}" ]; then
   CXX=clang++ cmake -S "$root" -B "$root/build-clang" -DCMAKE_BUILD_TYPE=Debug -DSANDPOOL_FUZZ=ON $werror >/dev/null
   cmake --build "$root/build-clang" -j"$jobs"
   ctest --test-dir "$root/build-clang" --output-on-failure -L fuzz
+fi
+
+if [ "${SANDPOOL_CONTAINER_TESTS:-}" = 1 ]; then
+  # From build-release's binaries (made above under SANDPOOL_ALL_BUILDS, else here); the
+  # container test's own call then finds the image cached.
+  step "container image (scripts/build-image.sh)"
+  bash "$root/scripts/build-image.sh"
 fi
 
 step "main build (build)"

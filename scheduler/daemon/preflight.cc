@@ -152,7 +152,7 @@ std::vector<std::string> Preflight(const PreflightInput& in) {
     if (masked.size() > 200) masked = masked.substr(0, 200) + " ...";
     problems.push_back("/proc has paths masked or mounted over (" + masked +
                        "): the kernel then refuses the sandboxes a /proc of their own; podman --security-opt "
-                       "unmask=ALL, Kubernetes securityContext.procMount: Unmasked");
+                       "unmask=/proc/*, Kubernetes securityContext.procMount: Unmasked");
   }
 
   // The cgroup controllers sandpoold creates slot cgroups in must be writable: v1 when a memory
@@ -170,7 +170,8 @@ std::vector<std::string> Preflight(const PreflightInput& in) {
   if (!read_only.empty()) {
     problems.push_back("the cgroup filesystem is read-only (" + read_only +
                        "): sandpoold creates a cgroup per slot; give it a writable, delegated cgroup (systemd "
-                       "Delegate=yes; in a container, cgroup v2 with a private cgroup namespace: docs/SECURITY.md)");
+                       "Delegate=yes; in a container, remount its own cgroup writable before sandpoold starts: "
+                       "mount -o remount,bind,rw on each of these; docs/SECURITY.md section 5.1)");
   }
   return problems;
 }

@@ -199,3 +199,19 @@ test("KEDA scales each queue on lag + pending of the same stream and group", () 
     assert.match(byName.lag.metadata.stream, /^sandpool:q:/);
   }
 });
+
+test("every Deployment runs the image scripts/build-image.sh tags, as the image runs sandpoold", () => {
+  // sandpool:<the top CMakeLists.txt's project VERSION>, what build-image.sh and the
+  // Containerfile's version label use; the container's command ends by exec-ing the image's
+  // entrypoint binary (after the cgroup remount, docs/SECURITY.md section 5.1).
+  const version = fs.readFileSync(path.join(repo, "CMakeLists.txt"), "utf8").match(/project\(sandpool VERSION ([0-9.]+)/)[1];
+  const containerfile = fs.readFileSync(path.join(repo, "deploy/container/Containerfile"), "utf8");
+  const entrypoint = JSON.parse(containerfile.match(/^ENTRYPOINT (.*)$/m)[1]);
+  assert.deepEqual(entrypoint, ["/usr/local/bin/sandpoold"]);
+  for (const [name, docs] of Object.entries(rendered)) {
+    const dep = docs.find((d) => d.kind === "Deployment");
+    const c = dep.spec.template.spec.containers.find((x) => x.name === "sandpoold");
+    assert.equal(c.image, `sandpool:${version}`, name);
+    assert.match(c.command.join(" "), /exec sandpoold "\$@"/, name);
+  }
+});
