@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(
     or not all(shutil.which(t) for t in ("podman", "runc", "mmdebstrap")),
     reason="container tests are opt-in (SANDPOOL_CONTAINER_TESTS=1; podman, runc and mmdebstrap installed)")
 
-# scheduler/preflight.cc's list (test_capabilities.py checks that the two agree).
+# scheduler/daemon/preflight.cc's list (test_capabilities.py checks that the two agree).
 CAPS = ["sys_admin", "setuid", "setgid", "dac_override", "chown", "net_admin", "mknod", "kill"]
 
 
