@@ -69,6 +69,9 @@ void Sessions::OnIntakeEntry(const std::string& entry, const std::map<std::strin
 }
 
 void Sessions::OnOwnEntry(const std::string& entry, const std::map<std::string, std::string>& fields) {
+  // Being claimed or served here: the own scan after a reconnect reads it again, and claiming it
+  // again would answer a running operation worker_lost.
+  if (own_entries_.count(entry)) return;
   if (fields.empty()) {
     ledger_->Ack(reader_->own_stream(), entry);
     return;
@@ -90,6 +93,7 @@ void Sessions::OnOwnEntry(const std::string& entry, const std::map<std::string, 
     return;
   }
   ++ops_in_flight_;
+  own_entries_.insert(entry);
   auto shared = std::make_shared<Op>(std::move(op));
   bool sent = ledger_->Claim(shared->req.id, reader_->own_stream(), entry, 1, [this, shared](JobLedger::Verdict v, uint32_t attempt) {
     shared->attempt = attempt;
@@ -103,9 +107,12 @@ void Sessions::OnOwnEntry(const std::string& entry, const std::map<std::string, 
                   answered = true;
                   AnswerError(*shared, error.code, std::move(error.message));
                 });
-    if (!answered) OpDone();
+    if (!answered) OpDone(shared->entry);
   });
-  if (!sent) --ops_in_flight_;
+  if (!sent) {
+    own_entries_.erase(entry);
+    --ops_in_flight_;
+  }
 }
 
 void Sessions::Serve(Op op) {
@@ -320,20 +327,21 @@ OpAnswer Sessions::Ports(const Entry& e, const SessionRequest& r) {
 
 void Sessions::AnswerOp(const Op& op, OpAnswer answer) {
   answers_.Op(op, std::move(answer));
-  OpDone();
+  OpDone(op.entry);
 }
 
 void Sessions::AnswerCommand(const Op& op, JobResult&& r, uint64_t seq) {
   answers_.Command(op, std::move(r), seq);
-  OpDone();
+  OpDone(op.entry);
 }
 
 void Sessions::AnswerError(const Op& op, ErrorCode code, std::string message) {
   answers_.Error(op, code, std::move(message));
-  OpDone();
+  OpDone(op.entry);
 }
 
-void Sessions::OpDone() {
+void Sessions::OpDone(const std::string& own_entry) {
+  if (!own_entry.empty()) own_entries_.erase(own_entry);
   --ops_in_flight_;
   if (on_idle_) on_idle_();
 }

@@ -19,6 +19,7 @@ SessionOpReader::SessionOpReader(struct event_base* base, const DaemonConfig& co
       base, config_.redis, "sessions",
       RedisAsync::Hooks{[this] {
                           own_scan_ = true;
+                          scan_from_[0] = scan_from_[1] = "0";
                           groups_ready_ = false;
                           reading_ = false;
                           CreateGroups();
@@ -49,8 +50,11 @@ void SessionOpReader::Read() {
   if (reading_ || !groups_ready_ || !conn_->connected() || !hooks_.may_read()) return;
   reading_ = true;
   if (own_scan_) {
+    // Pages through what this consumer holds, from after the last entry seen: entries still being
+    // served here (skipped by the owner) stay pending, so reading from 0 again would find them
+    // forever.
     conn_->Command({"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT",
-                    std::to_string(kScanBatch), "STREAMS", own_stream_, intake_, "0", "0"},
+                    std::to_string(kScanBatch), "STREAMS", own_stream_, intake_, scan_from_[0], scan_from_[1]},
                    [this](redisReply* r) {
                      reading_ = false;
                      if (r == nullptr) return;
@@ -58,7 +62,12 @@ void SessionOpReader::Read() {
                      if (r->type == REDIS_REPLY_ARRAY) {
                        for (size_t i = 0; i < r->elements; ++i) {
                          redisReply* s = r->element[i];
-                         if (s->type == REDIS_REPLY_ARRAY && s->elements == 2) n += s->element[1]->elements;
+                         if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 || s->element[1]->elements == 0) continue;
+                         n += s->element[1]->elements;
+                         redisReply* last = s->element[1]->element[s->element[1]->elements - 1];
+                         if (last->type == REDIS_REPLY_ARRAY && last->elements > 0) {
+                           scan_from_[ReplyString(s->element[0]) == intake_ ? 1 : 0] = ReplyString(last->element[0]);
+                         }
                        }
                        Deliver(r);
                      }

@@ -4,7 +4,8 @@
 //                                            this host has room for one more session
 //   own     `<p>:sreq:<queue>:<consumer>`  every operation on this daemon's sessions
 // After every (re)connect it first reads what this consumer was given before and never acked
-// (a previous run, or a reply lost with a connection), then blocks for new entries of both.
+// (a previous run, or a reply lost with a connection; also what it is serving right now, which
+// the owner skips), page by page, then blocks for new entries of both.
 // Entries are handed over one by one; what becomes of them (routing, claiming, answering) is the
 // caller's.
 //
@@ -59,6 +60,7 @@ class SessionOpReader {
   std::string own_stream_, intake_;
   std::unique_ptr<RedisAsync> conn_;
   bool reading_ = false, own_scan_ = true, groups_ready_ = false;
+  std::string scan_from_[2] = {"0", "0"};  // the own scan's place in the own stream and the intake
 };
 
 }  // namespace sandpool

@@ -164,7 +164,8 @@ class Sessions {
   void AnswerOp(const Op& op, OpAnswer answer);
   void AnswerCommand(const Op& op, JobResult&& r, uint64_t seq);
   void AnswerError(const Op& op, ErrorCode code, std::string message);
-  void OpDone();
+  // `own_entry`: the entry of this daemon's stream it came from ("" for a one-shot job's).
+  void OpDone(const std::string& own_entry = "");
 
   // Records (session_registry.h).
   SessionInfo InfoOf(const Entry& e) const;
@@ -203,6 +204,7 @@ class Sessions {
   std::map<std::string, Entry> sessions_;  // by session id: every session this host holds
   std::map<std::string, std::string> op_session_;  // op id -> session id, while it runs
   size_t ops_in_flight_ = 0;
+  std::set<std::string> own_entries_;  // entries of the own stream being claimed or served
   bool draining_ = false;
   bool reconciled_ = false;
   std::vector<std::unique_ptr<Session>> graveyard_;

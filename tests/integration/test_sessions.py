@@ -402,6 +402,44 @@ def test_a_restarted_daemon_answers_what_it_held_and_resumes_its_sessions(daemon
     s.destroy()
 
 
+def test_a_command_running_while_the_session_reader_reconnects_is_not_answered_lost(daemons, client):
+    # After any reconnect the daemon reads its own pending operations again (a previous run's, or
+    # a reply lost with the connection). One it is serving right now must be skipped: claiming it
+    # again says "lost", and the running command was answered worker_lost while it ran on.
+    d = daemons(workers=1, extra=SMALL + FAST)
+    s = client.session("reconnect-1")
+    holder = {}
+
+    def run():
+        try:
+            holder["r"] = s.exec(shell="while [ ! -e /work/go ]; do sleep 0.05; done; echo done",
+                                 op_id="runs-through-reconnect-1")
+        except Exception as e:  # noqa: BLE001
+            holder["e"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    wait_for(lambda: client.redis.hget("sandpool:job:runs-through-reconnect-1", "state") == b"running", 10,
+             "the command")
+    name = f"sandpoold:sandpool:{d.consumer}:sessions"
+    ids = [c["id"] for c in client.redis.client_list() if c.get("name") == name]
+    assert ids, client.redis.client_list()
+    for i in ids:
+        client.redis.client_kill_filter(_id=i)
+    # The reader is back (a new connection of that name) and has scanned its own entries.
+    wait_for(lambda: any(c.get("name") == name and c["id"] not in ids for c in client.redis.client_list()), 10,
+             "the session reader's reconnect")
+    other = client.session("reconnect-2")
+    assert other.exec(shell="echo after").stdout == b"after\n"  # the reader serves again
+    assert t.is_alive() and "r" not in holder and "e" not in holder, holder
+    s.write_file("/work/go", "")
+    t.join(30)
+    assert "e" not in holder, holder
+    assert holder["r"].outcome == "exit" and holder["r"].stdout == b"done\n", holder["r"]
+    s.destroy()
+    other.destroy()
+
+
 def test_a_full_host_refuses_new_sessions_with_host_full(daemons, client):
     daemons(workers=1, extra=["--python-workers", "0", "--node-workers", "0", "--max-workers", "1",
                               "--max-sandboxes", "2", "--session-disk", "64M"])
