@@ -74,6 +74,7 @@ export {
   type SessionErrorContext,
 } from "./errors.js";
 export { ProcessHub, SessionProcess, type ProcessOutputListener } from "./process.js";
+export type { ProcessOutputOptions, ProcessSession } from "./process_session.js";
 export {
   checkSessionId,
   CONTEXT_RUNTIMES,
@@ -92,7 +93,6 @@ export {
   type FileSpec,
   type OperationEventStream,
   type OperationOptions,
-  type ProcessOutputOptions,
   type SessionLimits,
   type SpawnCommand,
   type SpawnOptions,

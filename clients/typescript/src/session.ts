@@ -36,6 +36,7 @@ import {
   type Runtime,
 } from "./protocol.js";
 import { ProcessHub, SessionProcess, type ProcessOutputListener } from "./process.js";
+import type { ProcessOutputOptions, ProcessSession } from "./process_session.js";
 import type { Keys } from "./keys.js";
 import {
   asBigInt,
@@ -274,18 +275,6 @@ export interface SpawnOptions extends OperationOptions {
   onStderr?: ((chunk: Buffer) => void) | undefined;
 }
 
-/** Options of the `output` operation. */
-export interface ProcessOutputOptions {
-  /** Only the last N lines of each stream. */
-  tailLines?: number | undefined;
-  /** Answer once the process has exited (or `waitTimeoutMs` has passed). */
-  wait?: boolean | undefined;
-  /** With `wait`: how long the daemon waits (`wait_timeout_ms`, default 30000). */
-  waitTimeoutMs?: number | undefined;
-  /** With `wait`: aborting cancels the wait (PROTOCOL.md section 13). */
-  signal?: AbortSignal | undefined;
-}
-
 /** Options of `expose`. */
 export interface ExposeOptions extends OperationOptions {
   /** `"http"`, the default and only protocol so far. */
@@ -314,7 +303,7 @@ export interface FileSpec {
  * One session, by id. Get it from `client.session(id)` (no I/O) or `client.createSession(id)`.
  * Safe to use from many concurrent calls; holds no connection of its own.
  */
-export class Session {
+export class Session implements ProcessSession {
   readonly id: string;
   /** The info of the last `create`, `connect`, `info` or `stop` of this object. */
   lastInfo: SessionInfo | null = null;
