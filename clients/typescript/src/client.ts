@@ -10,7 +10,19 @@ import { randomBytes } from "node:crypto";
 
 import { Redis, type ChainableCommander } from "ioredis";
 
-import { decodeCompletion, encodeEntry, MapState, READ_COUNT, SUBMIT_CHUNK, type Completion, type MapProgress } from "./batch.js";
+import {
+  asJob,
+  decodeCompletion,
+  encodeEntry,
+  mapDefaultsOf,
+  MapState,
+  READ_COUNT,
+  SUBMIT_CHUNK,
+  type Completion,
+  type JobLike,
+  type MapDefaults,
+  type MapProgress,
+} from "./batch.js";
 import { Connections, isConnectionError, type ExtraRedisOptions } from "./connection.js";
 import { ClientClosedError, InvalidArgumentError, SandpoolError, WaitTimeoutError } from "./errors.js";
 import { Follower, ResultWaiter, type Pollable } from "./follower.js";
@@ -112,7 +124,20 @@ export interface SubmitManyOptions {
   notifyResult?: boolean | undefined;
 }
 
-export interface MapOptions {
+export interface CompletionsOptions {
+  /** Read the records after this stream id (default "0", from the first). */
+  after?: string | undefined;
+  /** How long one XREAD blocks (default 1000 ms); the signal is looked at between reads. */
+  blockMs?: number | undefined;
+  /** Aborting ends the iteration. */
+  signal?: AbortSignal | undefined;
+}
+
+/**
+ * Options of {@link Client.map}. The job options ({@link MapDefaults}: `template`, `env`, `cwd`,
+ * `timeoutMs`, ...) are defaults for the jobs that leave them unset.
+ */
+export interface MapOptions extends MapDefaults {
   /** At most this many jobs submitted and not finished. Default 64. */
   concurrency?: number | undefined;
   /** Yield in input order (default: as they finish). */
@@ -299,19 +324,19 @@ export class Client {
   }
 
   /**
-   * Enqueue many jobs in one round trip (a pipeline of XADDs) and return their ids in order.
-   * Every job is checked before anything is sent.
+   * Enqueue many jobs in pipelined round trips (a pipeline of XADDs per 1000) and return their
+   * ids in order. A job is a {@link Job} or a shell line. Every job is checked before anything
+   * is sent. With `notify`, every job's end is recorded on that completion stream: follow it
+   * with {@link completions}. Resubmitting the same ids after a crash runs nothing twice.
    */
-  async submitMany(jobs: Iterable<Job>, options: SubmitManyOptions = {}): Promise<string[]> {
+  async submitMany(jobs: Iterable<JobLike>, options: SubmitManyOptions = {}): Promise<string[]> {
     this.checkOpen();
     const notify = options.notify ?? null;
     const encoded: [string, (string | Buffer)[]][] = [];
     let i = 0;
-    for (const job of jobs) {
+    for (const j of jobs) {
       try {
-        if (job === null || typeof job !== "object") {
-          throw new InvalidArgumentError(`a job must be an object, not ${job === null ? "null" : typeof job}`);
-        }
+        const job = asJob(j);
         encoded.push(encodeEntry(job, job.id ?? this.newId(), notify, options.notifyResult ?? false));
       } catch (e) {
         if (e instanceof InvalidArgumentError) throw new InvalidArgumentError(`jobs[${i}]: ${e.message}`);
@@ -340,10 +365,7 @@ export class Client {
    * (default "0"), forever: stop iterating (or abort) when you have what you need. Remember
    * `streamId` to go on from there after a reconnect. Reads on a connection of its own.
    */
-  async *completions(
-    notify: string,
-    options: { after?: string; blockMs?: number; signal?: AbortSignal } = {},
-  ): AsyncGenerator<{ streamId: string; completion: Completion }, void> {
+  async *completions(notify: string, options: CompletionsOptions = {}): AsyncGenerator<{ streamId: string; completion: Completion }, void> {
     this.checkOpen();
     checkJobId(notify);
     const key = `${this.keys.prefix}:notify:${notify}`;
@@ -369,22 +391,37 @@ export class Client {
 
   /**
    * Run many jobs and yield each {@link Result} as it finishes (`ordered`: in input order), with at
-   * most `concurrency` (default 64) submitted and not finished. A job's failure is its Result;
-   * only the client's own problems throw. Stopping early (`break`, `return()`, an exception, or
-   * `signal` aborting, which Ctrl-C handlers can do) cancels the jobs in flight. Follows one
-   * completion stream (PROTOCOL.md section 21), deleted at the end (records of jobs it cancelled
-   * that come later make it again; it then expires after the daemon's result TTL).
+   * most `concurrency` (default 64) submitted and not finished. Jobs are {@link Job}s or shell
+   * lines, read lazily; the job options in `options` are defaults for jobs that leave them unset.
+   * A job's failure is its Result (errors as values); only the client's own problems throw.
+   * `onProgress` gets a {@link MapProgress} after each result. Stopping early (`break`,
+   * `return()`, an exception, or `signal` aborting, which a Ctrl-C handler can do: it ends a
+   * wait for records at once) cancels the jobs in flight. Follows one completion stream
+   * (PROTOCOL.md section 21), deleted at the end (records of jobs it cancelled that come later
+   * make it again; it then expires after the daemon's result TTL).
    */
-  async *map(jobs: Iterable<Job>, options: MapOptions = {}): AsyncGenerator<Result, void> {
+  async *map(jobs: Iterable<JobLike>, options: MapOptions = {}): AsyncGenerator<Result, void> {
     this.checkOpen();
+    const defaults = mapDefaultsOf(options);
     const total = Array.isArray(jobs) ? jobs.length : null;
-    const state = new MapState(jobs, options.concurrency ?? 64, options.ordered ?? false, total, options.onProgress);
+    const state = new MapState(jobs, options.concurrency ?? 64, options.ordered ?? false, total, options.onProgress, defaults);
     const key = `${this.keys.prefix}:notify:${state.name}`;
     const reader = new Redis(this.conns.redisOptions("cmd"));
     reader.on("error", () => undefined);
+    const signal = options.signal;
+    const abortReason = (): unknown => signal?.reason ?? new SandpoolError("map aborted");
+    // Rejects when `signal` aborts, so that a blocking XREAD does not hold the stop up.
+    let stopWaiting: () => void = () => undefined;
+    const aborted = new Promise<never>((_, reject) => {
+      if (signal === undefined) return;
+      const onAbort = (): void => reject(abortReason());
+      signal.addEventListener("abort", onAbort, { once: true });
+      stopWaiting = () => signal.removeEventListener("abort", onAbort);
+    });
+    aborted.catch(() => undefined);
     try {
       while (!state.finished) {
-        if (options.signal?.aborted) throw options.signal.reason ?? new SandpoolError("map aborted");
+        if (signal?.aborted) throw abortReason();
         let entries;
         try {
           entries = state.toSubmit();
@@ -394,9 +431,11 @@ export class Client {
         }
         await this.xaddEntries(entries);
         if (state.finished) break;
-        const reply = (await this.conns.retry(`XREAD of ${key}`, () =>
+        const read = this.conns.retry(`XREAD of ${key}`, () =>
           reader.xreadBuffer("COUNT", READ_COUNT, "BLOCK", 1000, "STREAMS", key, state.lastId),
-        )) as [Buffer, [Buffer, Buffer[]][]][] | null;
+        );
+        read.catch(() => undefined);
+        const reply = (await Promise.race([read, aborted])) as [Buffer, [Buffer, Buffer[]][]][] | null;
         const fetch: string[] = [];
         for (const [, records] of reply ?? []) {
           for (const [entryId, flat] of records) {
@@ -408,6 +447,7 @@ export class Client {
         for (const id of fetch) yield* state.onFetched(id, await this.result(id));
       }
     } finally {
+      stopWaiting();
       reader.disconnect(false);
       const outstanding = state.outstanding();
       try {

@@ -29,6 +29,7 @@ export {
   newJobId,
   URL_ENV,
   type ClientOptions,
+  type CompletionsOptions,
   type EventsOptions,
   type OutputCallback,
   type MapOptions,
@@ -37,9 +38,13 @@ export {
   type SubmitManyOptions,
 } from "./client.js";
 export {
+  asJob,
   decodeCompletion,
+  MAP_DEFAULT_KEYS,
   NOTIFY_PROTOCOL_VERSION,
   type Completion,
+  type JobLike,
+  type MapDefaults,
   type MapProgress,
 } from "./batch.js";
 export {
