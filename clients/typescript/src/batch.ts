@@ -7,7 +7,7 @@
 import { randomBytes } from "node:crypto";
 
 import { InvalidArgumentError, ProtocolError } from "./errors.js";
-import { buildJobMap, checkJobId, decodeResult, encodeJob, typeName, type Job, type JobOptions, type Result } from "./protocol.js";
+import { buildJobMap, checkJobId, decodeResult, encodeJob, JOB_KEYS, typeName, type Job, type JobOptions, type Result } from "./protocol.js";
 
 /** The version of job maps in entries that name a completion stream. */
 export const NOTIFY_PROTOCOL_VERSION = 4;
@@ -28,19 +28,13 @@ export function asJob(j: JobLike): Job {
   return j;
 }
 
-/** The job options a map gives every job that leaves them unset. */
-export const MAP_DEFAULT_KEYS = [
-  "template",
-  "env",
-  "cwd",
-  "timeoutMs",
-  "maxOutputBytes",
-  "retries",
-  "memoryBytes",
-  "pids",
-  "cpuTimeMs",
-] as const;
-export type MapDefaults = Pick<JobOptions, (typeof MAP_DEFAULT_KEYS)[number]>;
+/** What a job has for itself alone: its id, its command and its input. */
+type OwnJobKeys = "id" | "argv" | "shell" | "code" | "runtime" | "stdin";
+const OWN_JOB_KEYS: readonly string[] = ["id", "argv", "shell", "code", "runtime", "stdin"] satisfies OwnJobKeys[];
+
+/** The job options a map gives every job that leaves them unset: all but a job's own. */
+export type MapDefaults = Omit<JobOptions, OwnJobKeys>;
+export const MAP_DEFAULT_KEYS = [...JOB_KEYS].filter((k) => !OWN_JOB_KEYS.includes(k)) as readonly (keyof MapDefaults)[];
 
 /** The options of a map itself, besides {@link MapDefaults}. */
 const MAP_OWN_KEYS = ["concurrency", "ordered", "onProgress", "signal"] as const;

@@ -154,7 +154,8 @@ export interface JobMap {
   cpu_time_ms?: number;
 }
 
-const JOB_KEYS = new Set([
+/** The fields of a {@link Job}. @internal */
+export const JOB_KEYS: ReadonlySet<string> = new Set([
   "id",
   "argv",
   "shell",

@@ -638,9 +638,10 @@ describe("connections and reconnection", () => {
   // command ran: the command had ended before the daemon reconnected, so the case of the title
   // was not tested. Waiting for the command's first output instead, the command outlasts the
   // outage, and sandpoold answers it worker_lost while it still runs: after reconnecting, its
-  // own scan (scheduler/sessions.cc, Sessions::Read with own_scan_) reads the session stream's
-  // pending entries again, including those of operations it is serving, and the ledger's claim
-  // of such an entry says "lost". `todo` until the daemon skips the entries it is serving.
+  // own scan (own_scan_: Sessions::Read in scheduler/sessions.cc, the op reader in
+  // scheduler/sessions/ after the split) reads the session stream's pending entries again,
+  // including those of operations it is serving, and the claim of such an entry says "lost".
+  // `todo` until the daemon skips the entries it is serving.
   test(
     "Redis restarts while a command runs: the result is the command's",
     { todo: "sandpoold answers an operation it still serves worker_lost after reconnecting to Redis" },
