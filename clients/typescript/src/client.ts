@@ -3,27 +3,17 @@
  *
  * Everything here follows docs/PROTOCOL.md; the daemon is never contacted directly, only Redis.
  * A {@link Client} owns two connections, shared by every call: one for commands and one
- * subscriber connection that carries the live events of every job being followed.
+ * subscriber connection that carries the live events of every job being followed. Batches
+ * (`submitMany`, `map`, `completions`) are batch.ts (what to do) and batch_io.ts (doing it).
  */
 
 import { randomBytes } from "node:crypto";
 
-import { Redis, type ChainableCommander } from "ioredis";
+import type { ChainableCommander } from "ioredis";
 
-import {
-  asJob,
-  decodeCompletion,
-  encodeEntry,
-  mapDefaultsOf,
-  MapState,
-  READ_COUNT,
-  SUBMIT_CHUNK,
-  type Completion,
-  type JobLike,
-  type MapDefaults,
-  type MapProgress,
-} from "./batch.js";
-import { Connections, isConnectionError, type ExtraRedisOptions } from "./connection.js";
+import { asJob, encodeEntry, mapDefaultsOf, MapState, type Completion, type JobLike, type MapDefaults, type MapProgress } from "./batch.js";
+import { completionRecords, runMap, xaddEntries, type BatchBackend } from "./batch_io.js";
+import { Connections, isConnectionError, replies, type ExtraRedisOptions } from "./connection.js";
 import { ClientClosedError, InvalidArgumentError, SandpoolError, WaitTimeoutError } from "./errors.js";
 import { Follower, ResultWaiter, type Pollable } from "./follower.js";
 import { Keys } from "./keys.js";
@@ -221,17 +211,6 @@ function checkName(name: string, v: unknown): string {
   return v;
 }
 
-/** Results of a pipeline or MULTI; a connection error in any reply is thrown (so it is retried). */
-function replies(results: [Error | null, unknown][] | null, what: string): unknown[] {
-  if (results === null) throw new SandpoolError(`${what}: the transaction was aborted`);
-  const out: unknown[] = [];
-  for (const [err, value] of results) {
-    if (err) throw err;
-    out.push(value);
-  }
-  return out;
-}
-
 /**
  * A connection to one sandpool deployment (a Redis server, a key prefix and a queue).
  *
@@ -254,6 +233,7 @@ export class Client {
   private readonly idTag = randomBytes(6).toString("hex");
   private hub: ProcessHub | null = null;
   private backendCache: SessionBackend | null = null;
+  private batchCache: BatchBackend | null = null;
   private readonly followers = new Set<Pollable>();
   private pollTimer: NodeJS.Timeout | null = null;
   private polling = false;
@@ -344,20 +324,8 @@ export class Client {
       }
       i++;
     }
-    await this.xaddEntries(encoded);
+    await xaddEntries(this.batchBackend, encoded);
     return encoded.map(([id]) => id);
-  }
-
-  private async xaddEntries(entries: [string, (string | Buffer)[]][]): Promise<void> {
-    const queueKey = this.keys.queue(this.queue);
-    for (let i = 0; i < entries.length; i += SUBMIT_CHUNK) {
-      const chunk = entries.slice(i, i + SUBMIT_CHUNK);
-      await this.conns.call(`XADD of ${chunk.length} jobs`, async (r) => {
-        const p = r.pipeline();
-        for (const [, fields] of chunk) p.xadd(queueKey, "*", ...fields);
-        replies(await p.exec(), "XADD");
-      });
-    }
   }
 
   /**
@@ -368,25 +336,7 @@ export class Client {
   async *completions(notify: string, options: CompletionsOptions = {}): AsyncGenerator<{ streamId: string; completion: Completion }, void> {
     this.checkOpen();
     checkJobId(notify);
-    const key = `${this.keys.prefix}:notify:${notify}`;
-    let after = options.after ?? "0";
-    const reader = new Redis(this.conns.redisOptions("cmd"));
-    reader.on("error", () => undefined);
-    try {
-      while (!options.signal?.aborted) {
-        const reply = (await this.conns.retry(`XREAD of ${key}`, () =>
-          reader.xreadBuffer("COUNT", READ_COUNT, "BLOCK", options.blockMs ?? 1000, "STREAMS", key, after),
-        )) as [Buffer, [Buffer, Buffer[]][]][] | null;
-        for (const [, entries] of reply ?? []) {
-          for (const [entryId, flat] of entries) {
-            after = entryId.toString();
-            yield { streamId: after, completion: decodeCompletion(flat) };
-          }
-        }
-      }
-    } finally {
-      reader.disconnect(false);
-    }
+    yield* completionRecords(this.batchBackend, notify, options.after ?? "0", options.blockMs ?? 1000, options.signal);
   }
 
   /**
@@ -405,58 +355,7 @@ export class Client {
     const defaults = mapDefaultsOf(options);
     const total = Array.isArray(jobs) ? jobs.length : null;
     const state = new MapState(jobs, options.concurrency ?? 64, options.ordered ?? false, total, options.onProgress, defaults);
-    const key = `${this.keys.prefix}:notify:${state.name}`;
-    const reader = new Redis(this.conns.redisOptions("cmd"));
-    reader.on("error", () => undefined);
-    const signal = options.signal;
-    const abortReason = (): unknown => signal?.reason ?? new SandpoolError("map aborted");
-    // Rejects when `signal` aborts, so that a blocking XREAD does not hold the stop up.
-    let stopWaiting: () => void = () => undefined;
-    const aborted = new Promise<never>((_, reject) => {
-      if (signal === undefined) return;
-      const onAbort = (): void => reject(abortReason());
-      signal.addEventListener("abort", onAbort, { once: true });
-      stopWaiting = () => signal.removeEventListener("abort", onAbort);
-    });
-    aborted.catch(() => undefined);
-    try {
-      while (!state.finished) {
-        if (signal?.aborted) throw abortReason();
-        let entries;
-        try {
-          entries = state.toSubmit();
-        } catch (e) {
-          if (e instanceof InvalidArgumentError) throw new InvalidArgumentError(`map: ${e.message}`);
-          throw e;
-        }
-        await this.xaddEntries(entries);
-        if (state.finished) break;
-        const read = this.conns.retry(`XREAD of ${key}`, () =>
-          reader.xreadBuffer("COUNT", READ_COUNT, "BLOCK", 1000, "STREAMS", key, state.lastId),
-        );
-        read.catch(() => undefined);
-        const reply = (await Promise.race([read, aborted])) as [Buffer, [Buffer, Buffer[]][]][] | null;
-        const fetch: string[] = [];
-        for (const [, records] of reply ?? []) {
-          for (const [entryId, flat] of records) {
-            const [ready, more] = state.onRecord(entryId.toString(), flat);
-            fetch.push(...more);
-            yield* ready;
-          }
-        }
-        for (const id of fetch) yield* state.onFetched(id, await this.result(id));
-      }
-    } finally {
-      stopWaiting();
-      reader.disconnect(false);
-      const outstanding = state.outstanding();
-      try {
-        if (outstanding.length > 0) await this.cancelMany(outstanding);
-        await this.conns.call(`DEL ${key}`, (r) => r.del(key));
-      } catch {
-        // Redis is away or the client closed: the stream expires on its own.
-      }
-    }
+    yield* runMap(this.batchBackend, state, options.signal);
   }
 
   private encode(job: Job): [string, Buffer] {
@@ -722,6 +621,18 @@ export class Client {
       if (!waiter.done) waiter.fail(new SandpoolError("stopped waiting"));
       cleanup();
     }
+  }
+
+  /** What the batch calls (batch_io.ts) use of this client. */
+  private get batchBackend(): BatchBackend {
+    this.batchCache ??= {
+      conns: this.conns,
+      queueKey: this.keys.queue(this.queue),
+      notifyKey: (name) => `${this.keys.prefix}:notify:${name}`,
+      getResult: (id) => this.getResult(id),
+      cancelMany: (ids) => this.cancelMany(ids),
+    };
+    return this.batchCache;
   }
 
   // -- sessions (PROTOCOL.md sections 12-19) -----------------------------------------------
