@@ -28,14 +28,8 @@ import {
   type Result,
 } from "./protocol.js";
 import { ProcessHub } from "./process.js";
-import {
-  checkSessionId,
-  Session,
-  type CreateSessionOptions,
-  type FollowOptions,
-  type OperationEventStream,
-  type SessionBackend,
-} from "./session.js";
+import { checkSessionId, Session, type FollowOptions, type OperationEventStream, type SessionBackend } from "./session.js";
+import type { CreateSessionOptions } from "./session_options.js";
 import {
   decodeSessionRecord,
   decodeSnapshotRecord,
