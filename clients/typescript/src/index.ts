@@ -90,20 +90,8 @@ export {
   type ContextRuntime,
   type OperationEventStream,
 } from "./session.js";
-export type {
-  CodeOptions,
-  CreateSessionOptions,
-  ExecCommand,
-  ExecOptions,
-  ExecRunOptions,
-  ExposeOptions,
-  FileOptions,
-  FileSpec,
-  OperationOptions,
-  SessionLimits,
-  SpawnCommand,
-  SpawnOptions,
-} from "./session_options.js";
+// Every option and command type of session operations (CreateSessionOptions, ExecOptions, ...).
+export type * from "./session_options.js";
 export {
   decodeAnyResult,
   decodeOpEvent,
