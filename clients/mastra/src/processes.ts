@@ -1,5 +1,5 @@
 /**
- * Background processes of a {@link SandpoolSandbox}: Mastra's `SandboxProcessManager` and
+ * Background processes of a `SandpoolSandbox`: Mastra's `SandboxProcessManager` and
  * `ProcessHandle` over the session's `spawn`, `ps`, `output`, `stdin` and `kill` operations.
  *
  * Contract points (see README): `pid` is the session's process id (`p1`, `p2`, ...), a string;
@@ -18,7 +18,7 @@ import type { CommandResult, ProcessInfo, SpawnProcessOptions } from "@mastra/co
 import { NotFoundError, ProcessExitedError, SessionError, type SessionProcess } from "sandpool";
 
 import { mergeEnv, processExitCode, TextChunks } from "./results.js";
-import type { SandpoolSandbox } from "./sandbox.js";
+import type { SessionSandbox } from "./session_sandbox.js";
 
 /** A Mastra process handle on a sandpool background process. */
 export class SandpoolProcessHandle extends ProcessHandle {
@@ -147,8 +147,8 @@ export class SandpoolProcessHandle extends ProcessHandle {
   }
 }
 
-/** Mastra's process manager for a {@link SandpoolSandbox}. */
-export class SandpoolProcessManager extends SandboxProcessManager<SandpoolSandbox> {
+/** Mastra's process manager for a `SandpoolSandbox` (through {@link SessionSandbox}). */
+export class SandpoolProcessManager extends SandboxProcessManager<SessionSandbox> {
   override async spawn(command: string, options: SpawnProcessOptions = {}): Promise<ProcessHandle> {
     const sandbox = this.sandbox;
     // The base class merged the sandbox's env overlay into options.env (per-spawn values win).

@@ -43,6 +43,7 @@ import {
 
 import { SandpoolProcessManager } from "./processes.js";
 import { commandLine, commandResultOf, mergeEnv, resolveIn, templateNameFrom, TextChunks } from "./results.js";
+import type { SessionSandbox } from "./session_sandbox.js";
 
 /** Options of {@link SandpoolSandbox}. */
 export interface SandpoolSandboxOptions extends Omit<MastraSandboxOptions, "processes"> {
@@ -93,7 +94,7 @@ const DEFAULT_MAX_OUTPUT_BYTES = 16 << 20;
 const MIB = 1 << 20;
 
 /** A Mastra workspace sandbox on a sandpool session. */
-export class SandpoolSandbox extends MastraSandbox {
+export class SandpoolSandbox extends MastraSandbox implements SessionSandbox {
   readonly id: string;
   readonly name = "SandpoolSandbox";
   readonly provider = "sandpool";

@@ -23,7 +23,7 @@ import { Client } from "sandpool";
 import type { Deployment } from "sandpool/testing";
 
 import { SandpoolFilesystem, SandpoolSandbox } from "../src/index.js";
-import { destroyAll, sessionId, sleep, startDeployment } from "./support/env.js";
+import { destroyAll, sessionId, startDeployment, waitFor } from "./support/env.js";
 
 let dep: Deployment;
 let admin: Client;
@@ -42,6 +42,22 @@ after(async () => {
   if (admin) await destroyAll(admin);
   await dep?.stop();
 });
+
+/**
+ * Wait until a file written in the session now gets an mtime later than `t` (Mastra compares
+ * mtimes in milliseconds, and the kernel stamps files a tick at a time): a change made after
+ * this can be told from one made at `t`.
+ */
+async function clockPast(t: Date): Promise<void> {
+  await waitFor(
+    async () => {
+      await fs.writeFile(".clock-probe", "");
+      return (await fs.stat(".clock-probe")).modifiedAt.getTime() > t.getTime();
+    },
+    10000,
+    "a file mtime past the one compared with",
+  );
+}
 
 describe("files", () => {
   test("the first operation starts the sandbox; identity", async () => {
@@ -191,13 +207,14 @@ describe("files", () => {
     const st = await fs.stat("wo/a.txt");
     // Mastra's expectedMtime has millisecond precision (and file times a kernel tick): a change
     // within the same tick cannot be told from none, here as with Mastra's LocalFilesystem.
-    await sleep(20);
+    await clockPast(st.modifiedAt);
     await fs.writeFile("wo/a.txt", "3", { expectedMtime: st.modifiedAt });
     assert.equal(await fs.readFile("wo/a.txt", { encoding: "utf-8" }), "3");
     await assert.rejects(fs.writeFile("wo/a.txt", "4", { expectedMtime: st.modifiedAt }), StaleFileError);
     // Changed by a command behind the tool's back: stale too.
     const st2 = await fs.stat("wo/a.txt");
-    await sandbox.executeCommand!("sleep 0.01; echo changed > wo/a.txt");
+    await clockPast(st2.modifiedAt);
+    await sandbox.executeCommand!("echo changed > wo/a.txt");
     await assert.rejects(fs.writeFile("wo/a.txt", "5", { expectedMtime: st2.modifiedAt }), StaleFileError);
   });
 

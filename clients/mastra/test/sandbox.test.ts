@@ -11,7 +11,7 @@ import { Client, SessionError } from "sandpool";
 import type { Deployment } from "sandpool/testing";
 
 import { SandpoolProcessHandle, SandpoolSandbox } from "../src/index.js";
-import { destroyAll, sessionId, sleep, startDeployment, waitFor } from "./support/env.js";
+import { destroyAll, sessionId, startDeployment, waitFor } from "./support/env.js";
 
 const T = 60_000;
 let dep: Deployment;
@@ -535,6 +535,5 @@ describe("reconnection", () => {
     const r = await s.executeCommand!("cat /work/d.txt");
     assert.equal(r.stdout, "survives\n");
     await s._destroy();
-    await sleep(10);
   });
 });

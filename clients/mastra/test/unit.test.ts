@@ -4,6 +4,7 @@
  */
 
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 
 import { MastraFilesystem, MastraSandbox, SandboxProcessManager } from "@mastra/core/workspace";
@@ -153,5 +154,19 @@ describe("construction (no I/O)", () => {
     assert.equal(s.resolveCwd("sub"), "/work/app/sub");
     assert.equal(s.resolveCwd("/tmp"), "/tmp");
     void s.close();
+  });
+});
+
+describe("package", () => {
+  // build-test/test/unit.test.js -> the package's root.
+  const root = new URL("../../", import.meta.url);
+  const json = (path: string): { engines?: { node?: string }; packages?: Record<string, { engines?: { node?: string } }> } =>
+    JSON.parse(readFileSync(new URL(path, root), "utf8"));
+
+  test("the Node engine is the one @mastra/core declares, in package.json and its lock file", () => {
+    const core = json("node_modules/@mastra/core/package.json").engines?.node;
+    assert.ok(core, "@mastra/core declares a Node engine");
+    assert.equal(json("package.json").engines?.node, core);
+    assert.equal(json("package-lock.json").packages?.[""]?.engines?.node, core);
   });
 });

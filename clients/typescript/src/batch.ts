@@ -6,8 +6,8 @@
 
 import { randomBytes } from "node:crypto";
 
-import { ProtocolError } from "./errors.js";
-import { buildJobMap, checkJobId, decodeResult, encodeJob, type Job, type Result } from "./protocol.js";
+import { InvalidArgumentError, ProtocolError } from "./errors.js";
+import { buildJobMap, checkJobId, decodeResult, encodeJob, JOB_KEYS, typeName, type Job, type JobOptions, type Result } from "./protocol.js";
 
 /** The version of job maps in entries that name a completion stream. */
 export const NOTIFY_PROTOCOL_VERSION = 4;
@@ -15,6 +15,57 @@ export const NOTIFY_PROTOCOL_VERSION = 4;
 export const SUBMIT_CHUNK = 1000;
 /** Records asked for by one XREAD. */
 export const READ_COUNT = 1000;
+
+/** A job of a batch: a {@link Job}, or a shell line (`"echo hi"` is `{ shell: "echo hi" }`). */
+export type JobLike = Job | string;
+
+/** `j` as a {@link Job}: a string is a shell line. Throws `InvalidArgumentError` for anything else. */
+export function asJob(j: JobLike): Job {
+  if (typeof j === "string") return { shell: j };
+  if (j === null || typeof j !== "object" || Array.isArray(j)) {
+    throw new InvalidArgumentError(`a job must be an object or a shell line, not ${typeName(j)}`);
+  }
+  return j;
+}
+
+/** What a job has for itself alone: its id, its command and its input. */
+type OwnJobKeys = "id" | "argv" | "shell" | "code" | "runtime" | "stdin";
+const OWN_JOB_KEYS: readonly string[] = ["id", "argv", "shell", "code", "runtime", "stdin"] satisfies OwnJobKeys[];
+
+/** The job options a map gives every job that leaves them unset: all but a job's own. */
+export type MapDefaults = Omit<JobOptions, OwnJobKeys>;
+export const MAP_DEFAULT_KEYS = [...JOB_KEYS].filter((k) => !OWN_JOB_KEYS.includes(k)) as readonly (keyof MapDefaults)[];
+
+/** The options of a map itself, besides {@link MapDefaults}. */
+const MAP_OWN_KEYS = ["concurrency", "ordered", "onProgress", "signal"] as const;
+
+/**
+ * Throws `InvalidArgumentError` naming the valid options when `options` has one a map does not
+ * take (a misspelt `timeout_ms` would otherwise be ignored); returns the defaults it names.
+ */
+export function mapDefaultsOf(options: object): MapDefaults {
+  const known: readonly string[] = [...MAP_OWN_KEYS, ...MAP_DEFAULT_KEYS];
+  const defaults: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(options)) {
+    if (v === undefined) continue;
+    if (!known.includes(k)) throw new InvalidArgumentError(`map: unknown option ${JSON.stringify(k)} (known: ${known.join(", ")})`);
+    if ((MAP_DEFAULT_KEYS as readonly string[]).includes(k)) defaults[k] = v;
+  }
+  return defaults as MapDefaults;
+}
+
+/** `job` with `defaults` filled in where it leaves an option unset. */
+export function withDefaults(job: Job, defaults: MapDefaults): Job {
+  const filled: Record<string, unknown> = { ...job };
+  let changed = false;
+  for (const k of MAP_DEFAULT_KEYS) {
+    if (defaults[k] !== undefined && job[k] === undefined) {
+      filled[k] = defaults[k];
+      changed = true;
+    }
+  }
+  return changed ? (filled as unknown as Job) : job;
+}
 
 /** One record of a completion stream. */
 export interface Completion {
@@ -87,7 +138,7 @@ export class MapState {
   lastId = "0";
   done = 0;
   readonly failures: Record<string, number> = {};
-  private readonly it: Iterator<Job>;
+  private readonly it: Iterator<JobLike>;
   private exhausted = false;
   private index = 0;
   private readonly inFlight = new Map<string, number>();
@@ -95,11 +146,12 @@ export class MapState {
   private next = 0;
 
   constructor(
-    jobs: Iterable<Job>,
+    jobs: Iterable<JobLike>,
     private readonly concurrency: number,
     private readonly ordered: boolean,
     readonly total: number | null,
     private readonly onProgress?: (p: MapProgress) => void,
+    private readonly defaults: MapDefaults = {},
   ) {
     if (!Number.isInteger(concurrency) || concurrency < 1) {
       throw new RangeError(`concurrency must be an integer >= 1 (got ${concurrency})`);
@@ -124,9 +176,10 @@ export class MapState {
         this.exhausted = true;
         break;
       }
-      const id = n.value.id ?? `${this.name}-${this.index}`;
+      const job = withDefaults(asJob(n.value), this.defaults);
+      const id = job.id ?? `${this.name}-${this.index}`;
       if (this.inFlight.has(id)) throw new RangeError(`job id ${id} appears twice in one map`);
-      out.push(encodeEntry(n.value, id, this.name, true));
+      out.push(encodeEntry(job, id, this.name, true));
       this.inFlight.set(id, this.index++);
     }
     return out;

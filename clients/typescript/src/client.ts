@@ -3,15 +3,17 @@
  *
  * Everything here follows docs/PROTOCOL.md; the daemon is never contacted directly, only Redis.
  * A {@link Client} owns two connections, shared by every call: one for commands and one
- * subscriber connection that carries the live events of every job being followed.
+ * subscriber connection that carries the live events of every job being followed. Batches
+ * (`submitMany`, `map`, `completions`) are batch.ts (what to do) and batch_io.ts (doing it).
  */
 
 import { randomBytes } from "node:crypto";
 
-import { Redis, type ChainableCommander } from "ioredis";
+import type { ChainableCommander } from "ioredis";
 
-import { decodeCompletion, encodeEntry, MapState, READ_COUNT, SUBMIT_CHUNK, type Completion, type MapProgress } from "./batch.js";
-import { Connections, isConnectionError, type ExtraRedisOptions } from "./connection.js";
+import { asJob, encodeEntry, mapDefaultsOf, MapState, type Completion, type JobLike, type MapDefaults, type MapProgress } from "./batch.js";
+import { completionRecords, runMap, xaddEntries, type BatchBackend } from "./batch_io.js";
+import { Connections, isConnectionError, replies, type ExtraRedisOptions } from "./connection.js";
 import { ClientClosedError, InvalidArgumentError, SandpoolError, WaitTimeoutError } from "./errors.js";
 import { Follower, ResultWaiter, type Pollable } from "./follower.js";
 import { Keys } from "./keys.js";
@@ -26,14 +28,8 @@ import {
   type Result,
 } from "./protocol.js";
 import { ProcessHub } from "./process.js";
-import {
-  checkSessionId,
-  Session,
-  type CreateSessionOptions,
-  type FollowOptions,
-  type OperationEventStream,
-  type SessionBackend,
-} from "./session.js";
+import { checkSessionId, Session, type FollowOptions, type OperationEventStream, type SessionBackend } from "./session.js";
+import type { CreateSessionOptions } from "./session_options.js";
 import {
   decodeSessionRecord,
   decodeSnapshotRecord,
@@ -112,7 +108,20 @@ export interface SubmitManyOptions {
   notifyResult?: boolean | undefined;
 }
 
-export interface MapOptions {
+export interface CompletionsOptions {
+  /** Read the records after this stream id (default "0", from the first). */
+  after?: string | undefined;
+  /** How long one XREAD blocks (default 1000 ms); the signal is looked at between reads. */
+  blockMs?: number | undefined;
+  /** Aborting ends the iteration. */
+  signal?: AbortSignal | undefined;
+}
+
+/**
+ * Options of {@link Client.map}. The job options ({@link MapDefaults}: `template`, `env`, `cwd`,
+ * `timeoutMs`, ...) are defaults for the jobs that leave them unset.
+ */
+export interface MapOptions extends MapDefaults {
   /** At most this many jobs submitted and not finished. Default 64. */
   concurrency?: number | undefined;
   /** Yield in input order (default: as they finish). */
@@ -196,17 +205,6 @@ function checkName(name: string, v: unknown): string {
   return v;
 }
 
-/** Results of a pipeline or MULTI; a connection error in any reply is thrown (so it is retried). */
-function replies(results: [Error | null, unknown][] | null, what: string): unknown[] {
-  if (results === null) throw new SandpoolError(`${what}: the transaction was aborted`);
-  const out: unknown[] = [];
-  for (const [err, value] of results) {
-    if (err) throw err;
-    out.push(value);
-  }
-  return out;
-}
-
 /**
  * A connection to one sandpool deployment (a Redis server, a key prefix and a queue).
  *
@@ -229,6 +227,7 @@ export class Client {
   private readonly idTag = randomBytes(6).toString("hex");
   private hub: ProcessHub | null = null;
   private backendCache: SessionBackend | null = null;
+  private batchCache: BatchBackend | null = null;
   private readonly followers = new Set<Pollable>();
   private pollTimer: NodeJS.Timeout | null = null;
   private polling = false;
@@ -299,19 +298,19 @@ export class Client {
   }
 
   /**
-   * Enqueue many jobs in one round trip (a pipeline of XADDs) and return their ids in order.
-   * Every job is checked before anything is sent.
+   * Enqueue many jobs in pipelined round trips (a pipeline of XADDs per 1000) and return their
+   * ids in order. A job is a {@link Job} or a shell line. Every job is checked before anything
+   * is sent. With `notify`, every job's end is recorded on that completion stream: follow it
+   * with {@link completions}. Resubmitting the same ids after a crash runs nothing twice.
    */
-  async submitMany(jobs: Iterable<Job>, options: SubmitManyOptions = {}): Promise<string[]> {
+  async submitMany(jobs: Iterable<JobLike>, options: SubmitManyOptions = {}): Promise<string[]> {
     this.checkOpen();
     const notify = options.notify ?? null;
     const encoded: [string, (string | Buffer)[]][] = [];
     let i = 0;
-    for (const job of jobs) {
+    for (const j of jobs) {
       try {
-        if (job === null || typeof job !== "object") {
-          throw new InvalidArgumentError(`a job must be an object, not ${job === null ? "null" : typeof job}`);
-        }
+        const job = asJob(j);
         encoded.push(encodeEntry(job, job.id ?? this.newId(), notify, options.notifyResult ?? false));
       } catch (e) {
         if (e instanceof InvalidArgumentError) throw new InvalidArgumentError(`jobs[${i}]: ${e.message}`);
@@ -319,20 +318,8 @@ export class Client {
       }
       i++;
     }
-    await this.xaddEntries(encoded);
+    await xaddEntries(this.batchBackend, encoded);
     return encoded.map(([id]) => id);
-  }
-
-  private async xaddEntries(entries: [string, (string | Buffer)[]][]): Promise<void> {
-    const queueKey = this.keys.queue(this.queue);
-    for (let i = 0; i < entries.length; i += SUBMIT_CHUNK) {
-      const chunk = entries.slice(i, i + SUBMIT_CHUNK);
-      await this.conns.call(`XADD of ${chunk.length} jobs`, async (r) => {
-        const p = r.pipeline();
-        for (const [, fields] of chunk) p.xadd(queueKey, "*", ...fields);
-        replies(await p.exec(), "XADD");
-      });
-    }
   }
 
   /**
@@ -340,83 +327,29 @@ export class Client {
    * (default "0"), forever: stop iterating (or abort) when you have what you need. Remember
    * `streamId` to go on from there after a reconnect. Reads on a connection of its own.
    */
-  async *completions(
-    notify: string,
-    options: { after?: string; blockMs?: number; signal?: AbortSignal } = {},
-  ): AsyncGenerator<{ streamId: string; completion: Completion }, void> {
+  async *completions(notify: string, options: CompletionsOptions = {}): AsyncGenerator<{ streamId: string; completion: Completion }, void> {
     this.checkOpen();
     checkJobId(notify);
-    const key = `${this.keys.prefix}:notify:${notify}`;
-    let after = options.after ?? "0";
-    const reader = new Redis(this.conns.redisOptions("cmd"));
-    reader.on("error", () => undefined);
-    try {
-      while (!options.signal?.aborted) {
-        const reply = (await this.conns.retry(`XREAD of ${key}`, () =>
-          reader.xreadBuffer("COUNT", READ_COUNT, "BLOCK", options.blockMs ?? 1000, "STREAMS", key, after),
-        )) as [Buffer, [Buffer, Buffer[]][]][] | null;
-        for (const [, entries] of reply ?? []) {
-          for (const [entryId, flat] of entries) {
-            after = entryId.toString();
-            yield { streamId: after, completion: decodeCompletion(flat) };
-          }
-        }
-      }
-    } finally {
-      reader.disconnect(false);
-    }
+    yield* completionRecords(this.batchBackend, notify, options.after ?? "0", options.blockMs ?? 1000, options.signal);
   }
 
   /**
    * Run many jobs and yield each {@link Result} as it finishes (`ordered`: in input order), with at
-   * most `concurrency` (default 64) submitted and not finished. A job's failure is its Result;
-   * only the client's own problems throw. Stopping early (`break`, `return()`, an exception, or
-   * `signal` aborting, which Ctrl-C handlers can do) cancels the jobs in flight. Follows one
-   * completion stream (PROTOCOL.md section 21), deleted at the end (records of jobs it cancelled
-   * that come later make it again; it then expires after the daemon's result TTL).
+   * most `concurrency` (default 64) submitted and not finished. Jobs are {@link Job}s or shell
+   * lines, read lazily; the job options in `options` are defaults for jobs that leave them unset.
+   * A job's failure is its Result (errors as values); only the client's own problems throw.
+   * `onProgress` gets a {@link MapProgress} after each result. Stopping early (`break`,
+   * `return()`, an exception, or `signal` aborting, which a Ctrl-C handler can do: it ends a
+   * wait for records at once) cancels the jobs in flight. Follows one completion stream
+   * (PROTOCOL.md section 21), deleted at the end (records of jobs it cancelled that come later
+   * make it again; it then expires after the daemon's result TTL).
    */
-  async *map(jobs: Iterable<Job>, options: MapOptions = {}): AsyncGenerator<Result, void> {
+  async *map(jobs: Iterable<JobLike>, options: MapOptions = {}): AsyncGenerator<Result, void> {
     this.checkOpen();
+    const defaults = mapDefaultsOf(options);
     const total = Array.isArray(jobs) ? jobs.length : null;
-    const state = new MapState(jobs, options.concurrency ?? 64, options.ordered ?? false, total, options.onProgress);
-    const key = `${this.keys.prefix}:notify:${state.name}`;
-    const reader = new Redis(this.conns.redisOptions("cmd"));
-    reader.on("error", () => undefined);
-    try {
-      while (!state.finished) {
-        if (options.signal?.aborted) throw options.signal.reason ?? new SandpoolError("map aborted");
-        let entries;
-        try {
-          entries = state.toSubmit();
-        } catch (e) {
-          if (e instanceof InvalidArgumentError) throw new InvalidArgumentError(`map: ${e.message}`);
-          throw e;
-        }
-        await this.xaddEntries(entries);
-        if (state.finished) break;
-        const reply = (await this.conns.retry(`XREAD of ${key}`, () =>
-          reader.xreadBuffer("COUNT", READ_COUNT, "BLOCK", 1000, "STREAMS", key, state.lastId),
-        )) as [Buffer, [Buffer, Buffer[]][]][] | null;
-        const fetch: string[] = [];
-        for (const [, records] of reply ?? []) {
-          for (const [entryId, flat] of records) {
-            const [ready, more] = state.onRecord(entryId.toString(), flat);
-            fetch.push(...more);
-            yield* ready;
-          }
-        }
-        for (const id of fetch) yield* state.onFetched(id, await this.result(id));
-      }
-    } finally {
-      reader.disconnect(false);
-      const outstanding = state.outstanding();
-      try {
-        if (outstanding.length > 0) await this.cancelMany(outstanding);
-        await this.conns.call(`DEL ${key}`, (r) => r.del(key));
-      } catch {
-        // Redis is away or the client closed: the stream expires on its own.
-      }
-    }
+    const state = new MapState(jobs, options.concurrency ?? 64, options.ordered ?? false, total, options.onProgress, defaults);
+    yield* runMap(this.batchBackend, state, options.signal);
   }
 
   private encode(job: Job): [string, Buffer] {
@@ -682,6 +615,18 @@ export class Client {
       if (!waiter.done) waiter.fail(new SandpoolError("stopped waiting"));
       cleanup();
     }
+  }
+
+  /** What the batch calls (batch_io.ts) use of this client. */
+  private get batchBackend(): BatchBackend {
+    this.batchCache ??= {
+      conns: this.conns,
+      queueKey: this.keys.queue(this.queue),
+      notifyKey: (name) => `${this.keys.prefix}:notify:${name}`,
+      getResult: (id) => this.getResult(id),
+      cancelMany: (ids) => this.cancelMany(ids),
+    };
+    return this.batchCache;
   }
 
   // -- sessions (PROTOCOL.md sections 12-19) -----------------------------------------------

@@ -16,7 +16,7 @@
 
 import { Redis, type RedisOptions } from "ioredis";
 
-import { ClientClosedError, RedisUnavailableError } from "./errors.js";
+import { ClientClosedError, RedisUnavailableError, SandpoolError } from "./errors.js";
 import type { RedisAddress } from "./url.js";
 
 /** A party interested in one channel of the subscriber connection. */
@@ -86,6 +86,17 @@ export function isConnectionError(e: unknown): boolean {
   // Redis answers LOADING while it reads its data set back after a restart.
   if (e.name === "ReplyError" && e.message.startsWith("LOADING")) return true;
   return false;
+}
+
+/** Results of a pipeline or MULTI; a connection error in any reply is thrown (so it is retried). */
+export function replies(results: [Error | null, unknown][] | null, what: string): unknown[] {
+  if (results === null) throw new SandpoolError(`${what}: the transaction was aborted`);
+  const out: unknown[] = [];
+  for (const [err, value] of results) {
+    if (err) throw err;
+    out.push(value);
+  }
+  return out;
 }
 
 const TIMED_OUT = Symbol("timed out");

@@ -29,6 +29,7 @@ export {
   newJobId,
   URL_ENV,
   type ClientOptions,
+  type CompletionsOptions,
   type EventsOptions,
   type OutputCallback,
   type MapOptions,
@@ -37,9 +38,13 @@ export {
   type SubmitManyOptions,
 } from "./client.js";
 export {
+  asJob,
   decodeCompletion,
+  MAP_DEFAULT_KEYS,
   NOTIFY_PROTOCOL_VERSION,
   type Completion,
+  type JobLike,
+  type MapDefaults,
   type MapProgress,
 } from "./batch.js";
 export {
@@ -74,6 +79,7 @@ export {
   type SessionErrorContext,
 } from "./errors.js";
 export { ProcessHub, SessionProcess, type ProcessOutputListener } from "./process.js";
+export type { ProcessOutputOptions, ProcessSession } from "./process_session.js";
 export {
   checkSessionId,
   CONTEXT_RUNTIMES,
@@ -81,22 +87,11 @@ export {
   newOpId,
   Session,
   SESSION_LEVEL_CODES,
-  type CodeOptions,
   type ContextRuntime,
-  type CreateSessionOptions,
-  type ExecCommand,
-  type ExecOptions,
-  type ExecRunOptions,
-  type ExposeOptions,
-  type FileOptions,
-  type FileSpec,
   type OperationEventStream,
-  type OperationOptions,
-  type ProcessOutputOptions,
-  type SessionLimits,
-  type SpawnCommand,
-  type SpawnOptions,
 } from "./session.js";
+// Every option and command type of session operations (CreateSessionOptions, ExecOptions, ...).
+export type * from "./session_options.js";
 export {
   decodeAnyResult,
   decodeOpEvent,

@@ -23,13 +23,13 @@
 import type { PatternListener, Subscriber } from "./connection.js";
 import { NotFoundError, SessionNotFoundError, SessionStoppedError, WaitTimeoutError } from "./errors.js";
 import type { Keys } from "./keys.js";
+import type { ProcessOutputOptions, ProcessSession } from "./process_session.js";
 import {
   decodeProcessEvent,
   ProcessExitedEvent,
   ProcessOutputEvent,
   type ProcessOutput,
 } from "./session_protocol.js";
-import type { ProcessOutputOptions, Session } from "./session.js";
 
 /** Called with each chunk of a background process's output, in order. */
 export type ProcessOutputListener = (stream: "stdout" | "stderr", data: Buffer) => void;
@@ -48,7 +48,8 @@ const MAX_PENDING_MESSAGES = 10000;
  * the session's life.
  */
 export class SessionProcess {
-  readonly session: Session;
+  /** The session it runs in (the `Session` that made this handle). */
+  readonly session: ProcessSession;
   readonly pid: string;
   /** The command line, when known (from `spawn` or `ps`). */
   command: string | null;
@@ -79,7 +80,7 @@ export class SessionProcess {
 
   /** @internal Use `Session.spawn()` or `Session.process()`. */
   constructor(
-    session: Session,
+    session: ProcessSession,
     pid: string,
     opts: { command?: string | null; stdinMode?: "pipe" | "ignore" | null; live: boolean },
   ) {

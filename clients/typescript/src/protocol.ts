@@ -16,6 +16,9 @@
  *   unusable type.
  * - {@link decodeJob} checks a job payload the way PROTOCOL.md says a daemon does and throws
  *   {@link JobDecodeError} with the code the daemon would store.
+ *
+ * Over 800 lines because the job map's encoder and its checks, the result and the events are
+ * one source of truth for version 1 (session_protocol.ts builds version 2 on it).
  */
 
 import { Decoder, Encoder } from "@msgpack/msgpack";
@@ -154,7 +157,8 @@ export interface JobMap {
   cpu_time_ms?: number;
 }
 
-const JOB_KEYS = new Set([
+/** The fields of a {@link Job}. @internal */
+export const JOB_KEYS: ReadonlySet<string> = new Set([
   "id",
   "argv",
   "shell",

@@ -10,6 +10,9 @@
  * on its unix socket, which works across namespaces; preview URLs are fetched from inside the
  * namespace with {@link PrivateNetns.fetch}.
  *
+ * Also {@link importCycles} (import_cycles.ts), with which a package's tests check that its
+ * modules import one way only.
+ *
  * Environment:
  *   SANDPOOLD              the daemon binary (default /work/stable/sandpoold)
  *   REDIS_SERVER           redis-server (default: found in PATH)
@@ -37,6 +40,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { Redis } from "ioredis";
+
+export { importCycles, importGraph } from "./import_cycles.js";
 
 export const SANDPOOLD = process.env.SANDPOOLD || "/work/stable/sandpoold";
 export const REDIS_SERVER = process.env.REDIS_SERVER || "redis-server";

@@ -61,6 +61,18 @@ async function collect(stream: AsyncIterable<JobEvent>): Promise<JobEvent[]> {
  * Entries ever added to the job queue stream (XINFO STREAM's entries-added, Redis 7): counts the
  * client's XADDs there and nothing else (daemons XADD to their forward queues too, section 1).
  */
+/**
+ * Whether the entry of job `id` is in the job queue or a forward queue of it (a daemon may move
+ * an entry there, section 1): submitted and not yet taken by a daemon.
+ */
+async function queued(id: string): Promise<boolean> {
+  for (const key of ["sandpool:q:default", ...(await admin.keys("sandpool:fwd:default:*"))]) {
+    const entries = await admin.xrange(key, "-", "+");
+    if (entries.some(([, fields]) => fields[0] === "id" && fields[1] === id)) return true;
+  }
+  return false;
+}
+
 async function xaddCalls(): Promise<number> {
   const info = (await admin.call("XINFO", "STREAM", "sandpool:q:default").catch(() => [])) as unknown[];
   const i = info.indexOf("entries-added");
@@ -446,7 +458,8 @@ describe("cancel", () => {
       const done = (async () => {
         for await (const ev of stream) seen.push(ev.type);
       })();
-      await sleep(500);
+      // events() submits once subscribed: wait for the entry, then see that nothing started it.
+      await waitFor(() => queued(stream.id), WAIT, "the fourth job's queue entry");
       const s = await client.status(stream.id);
       assert.equal(s.state, null, "the fourth job was not left queued");
       assert.equal(s.hasResult, false);
@@ -470,7 +483,7 @@ describe("cancel", () => {
     const sleepers = await fillSlots();
     try {
       const id = await client.submit({ shell: "echo should-not-run" });
-      await sleep(500);
+      assert.ok(await queued(id), "the job waits in the queue");
       await client.cancel(id);
       const r = await client.result(id, { wait: true, timeoutMs: 3000 });
       assert.equal(r?.outcome, "cancelled", "no result 3 s after cancelling a queued job");
@@ -483,8 +496,14 @@ describe("cancel", () => {
 
   test("cancel() of a finished job changes nothing", async () => {
     const r = await client.run({ shell: "echo fin" });
+    const running = await client.submit({ shell: "sleep 30", timeoutMs: 60000 });
+    await waitFor(async () => (await client.status(running).then((s) => s.state)) === "running", WAIT, "a running job");
     await client.cancel(r.id);
-    await sleep(300);
+    // A daemon handles cancel messages in order, and stores what a cancel changes before it
+    // stores the result of a job it killed later: once the running job's cancelled result is
+    // there, the finished job's cancel has been handled.
+    await client.cancel(running);
+    assert.equal((await client.result(running, { wait: true, timeoutMs: WAIT }))?.outcome, "cancelled");
     assert.deepEqual({ ...(await client.result(r.id)) }, { ...r });
   });
 });
@@ -647,8 +666,9 @@ describe("closing", () => {
   test("close() ends waiting calls with ClientClosedError; later calls fail", async () => {
     const c = new Client(dep.url);
     const id = newJobId();
-    const pending = assert.rejects(c.run({ id, shell: "sleep 1; echo still-ran" }), ClientClosedError);
-    await sleep(300);
+    const pending = assert.rejects(c.run({ id, shell: "sleep 2; echo still-ran" }), ClientClosedError);
+    // Close while run() waits for the job it submitted, which then goes on without it.
+    await waitFor(async () => (await client.status(id)).state === "running", WAIT, "the job running");
     await c.close();
     await pending;
     await assert.rejects(c.submit({ shell: "true" }), ClientClosedError);

@@ -11,6 +11,7 @@ import { after, before, describe, test } from "node:test";
 
 import type { Redis } from "ioredis";
 
+import type { Connections } from "../src/connection.js";
 import { Client, newJobId, OutputEvent, RedisUnavailableError, type JobEvent, type Result } from "../src/index.js";
 import { Deployment, sleep, waitFor } from "../src/testing.js";
 
@@ -71,11 +72,19 @@ describe("reconnection", () => {
       })();
       // Some output was delivered live (waited for, not slept for: a loaded machine starts late).
       await waitFor(() => events.some((e) => e instanceof OutputEvent), WAIT, "live output of the followed job");
+      // The client's command connection (a private field: the test watches its reconnect attempts).
+      const cmd = (c as unknown as { conns: Connections }).conns.command;
+      let failedConnects = 0;
+      cmd.on("error", () => failedConnects++);
       await dep.redis.stopServer();
       // Commands issued while Redis is away wait and are retried when it is back.
       const late = c.submit({ shell: "echo submitted-while-down" });
       const status = c.status(newJobId());
-      await sleep(1200);
+      let settled = 0;
+      for (const p of [late, status]) p.then(() => settled++, () => settled++);
+      // Restart once the client has tried to reconnect and failed (waited for, not slept for).
+      await waitFor(() => failedConnects >= 2, WAIT, "two failed reconnect attempts of the client");
+      assert.equal(settled, 0, "the commands wait while Redis is away");
       await dep.redis.start();
       const results = await Promise.all(runs);
       results.forEach(({ result, chunks }, k) => {

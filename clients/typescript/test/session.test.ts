@@ -25,7 +25,7 @@ import {
   TemplateMismatchError,
   type Session,
 } from "../src/index.js";
-import { Daemon, Deployment, requireSessions, sleep, waitFor } from "../src/testing.js";
+import { Daemon, Deployment, requireSessions, waitFor } from "../src/testing.js";
 
 const WAIT = 30000;
 let dep: Deployment;
@@ -613,38 +613,65 @@ describe("connections and reconnection", () => {
     }
   });
 
-  test("Redis restarts while a command and a background process run: nothing is lost", async () => {
+  test("Redis restarts while a background process runs: its output is caught up", async () => {
     const s = await client.createSession(sid("redis"));
     try {
       const p = await s.spawn("for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.5; done");
       const chunks: Buffer[] = [];
       p.onOutput((_stream, d) => chunks.push(d));
-      const e = s.exec({ shell: "sleep 2; echo exec-done" });
-      await sleep(700);
+      // Restart once the process has written live (waited for, not slept for).
+      await waitFor(() => chunks.length > 0, WAIT, "the process's first output");
       await dep.redis.restart(1000);
-      const r = await e;
-      assert.equal(r.stdoutText, "exec-done\n");
       const out = await p.wait({ timeoutMs: WAIT });
       assert.equal(out.exitCode, 0);
       const want = [1, 2, 3, 4, 5, 6].map((i) => `tick ${i}\n`).join("");
       assert.equal(out.stdout.toString(), want);
       assert.equal(Buffer.concat(chunks).toString(), want, "output lost live was caught up from the durable view");
+      const r = await s.exec({ shell: "echo after" });
+      assert.equal(r.stdoutText, "after\n");
     } finally {
       await s.destroy();
     }
   });
+
+  // Until issue 22 this test slept 700 ms and then restarted Redis for 1 s while a `sleep 2`
+  // command ran: the command had ended before the daemon reconnected, so the case of the title
+  // was not tested. Waiting for the command's first output instead, the command outlasts the
+  // outage, and sandpoold answers it worker_lost while it still runs: after reconnecting, its
+  // own scan (own_scan_: Sessions::Read in scheduler/sessions.cc, the op reader in
+  // scheduler/sessions/ after the split) reads the session stream's pending entries again,
+  // including those of operations it is serving, and the claim of such an entry says "lost".
+  // `todo` until the daemon skips the entries it is serving.
+  test(
+    "Redis restarts while a command runs: the result is the command's",
+    { todo: "sandpoold answers an operation it still serves worker_lost after reconnecting to Redis" },
+    async () => {
+      const s = await client.createSession(sid("redis-exec"));
+      try {
+        let started = false;
+        const e = s.exec({ shell: "echo exec-start; sleep 3; echo exec-done" }, { onStdout: () => (started = true) });
+        await waitFor(() => started, WAIT, "the command's first output");
+        await dep.redis.restart(1000);
+        const r = await e;
+        assert.equal(r.stdoutText, "exec-start\nexec-done\n", `${r.outcome}: ${r.error?.code ?? ""} ${r.error?.message ?? ""}`);
+      } finally {
+        await s.destroy();
+      }
+    },
+  );
 
   test("an operation whose live event is lost resolves from the result key", async () => {
     const s = await client.createSession(sid("lost"));
     try {
       const admin = dep.redis.admin();
       try {
-        const p = s.exec({ shell: "sleep 2; echo done" });
-        await sleep(500);
-        // Drop the subscriber connection: the exited event is published while it is away.
+        let started = false;
+        const p = s.exec({ shell: "echo started; sleep 2; echo done" }, { onStdout: () => (started = true) });
+        // Once the command runs (its first output came live), drop the subscriber connection.
+        await waitFor(() => started, WAIT, "the command's first output");
         await admin.call("CLIENT", "KILL", "TYPE", "pubsub");
         const r = await p;
-        assert.equal(r.stdoutText, "done\n");
+        assert.equal(r.stdoutText, "started\ndone\n");
         await admin.call("CLIENT", "KILL", "TYPE", "pubsub");
         assert.equal((await s.exists("/work")).exists, true);
       } finally {
