@@ -636,15 +636,11 @@ describe("connections and reconnection", () => {
 
   // Until issue 22 this test slept 700 ms and then restarted Redis for 1 s while a `sleep 2`
   // command ran: the command had ended before the daemon reconnected, so the case of the title
-  // was not tested. Waiting for the command's first output instead, the command outlasts the
-  // outage, and sandpoold answers it worker_lost while it still runs: after reconnecting, its
-  // own scan (own_scan_: Sessions::Read in scheduler/sessions.cc, the op reader in
-  // scheduler/sessions/ after the split) reads the session stream's pending entries again,
-  // including those of operations it is serving, and the claim of such an entry says "lost".
-  // `todo` until the daemon skips the entries it is serving.
+  // was not tested. Waiting for the command's first output, the command outlasts the outage;
+  // that showed sandpoold answering it worker_lost while it still ran (its own scan after the
+  // reconnect claimed the entry it was serving again), fixed in scheduler/sessions/op_dispatch.cc.
   test(
     "Redis restarts while a command runs: the result is the command's",
-    { todo: "sandpoold answers an operation it still serves worker_lost after reconnecting to Redis" },
     async () => {
       const s = await client.createSession(sid("redis-exec"));
       try {
