@@ -88,7 +88,7 @@ def standin(sock: str, scripts: Path, stop_after: int) -> None:
                 res = msgpack.packb(result, use_bin_type=True)
                 ev = msgpack.packb({"v": 1, "type": "exited", "seq": 0, "result": result}, use_bin_type=True)
                 pipe.evalsha(finish, 4, f"sandpool:job:{jid}", f"sandpool:result:{jid}", q, f"sandpool:out:{jid}",
-                             eid, consumer, "1", res, "86400", ev, group, "sandpool", jid, "exit", "0", "")
+                             eid, consumer, "1", res, "86400", ev, group, "sandpool", jid, "exit", "0", "", "0")
             pipe.execute()
             done += len(entries)
     except KeyboardInterrupt:
