@@ -8,6 +8,8 @@ An operation (an ``Op``) yields:
   response callbacks make them);
 * :class:`Pipe`: commands sent in one round trip (``transaction``: in MULTI/EXEC); the reply is
   the list of their replies;
+* :class:`Raw`: as Pipe, through the client's own RESP code (sandpool._resp), for the hot
+  path of batches; the replies are raw;
 * :class:`Subscribe`, :class:`Listen`, :class:`Close`: a pub/sub connection of its own (the reply
   to Subscribe is its handle; to Listen, the next message or ``None`` after ``timeout``);
 * :class:`Sleep`;
@@ -28,11 +30,16 @@ import asyncio
 import functools
 import inspect
 import time
-from typing import Any, AsyncIterator, Callable, Generator, Iterator, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from typing import Any, AsyncIterator, Callable, Generator, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 import redis
 
+from ._resp import Reader, ReplyError, pack
+
 T = TypeVar("T")
+
+# How much one read from the socket takes at most.
+_READ_SIZE = 1 << 18
 
 #: An operation: yields steps, receives their replies, returns its value.
 Op = Generator[Any, Any, T]
@@ -48,6 +55,12 @@ class Cmd(NamedTuple):
 class Pipe(NamedTuple):
     cmds: Sequence[Tuple[Any, ...]]
     transaction: bool = False
+
+
+class Raw(NamedTuple):
+    """Like :class:`Pipe` (no transaction), but packed and parsed by sandpool._resp: the replies
+    come back raw (XREAD's as nested lists, not redis-py's tuples and dicts).  For the hot path."""
+    cmds: Sequence[Tuple[Any, ...]]
 
 
 class Subscribe(NamedTuple):
@@ -129,6 +142,8 @@ def _execute(r: "redis.Redis", step: Any) -> Any:
         for args in step.cmds:
             pipe.execute_command(*args)
         return pipe.execute()
+    if kind is Raw:
+        return _raw(r, step.cmds)
     if kind is Listen:
         return step.handle.get_message(timeout=step.timeout)
     if kind is Subscribe:
@@ -144,6 +159,39 @@ def _execute(r: "redis.Redis", step: Any) -> Any:
     if kind is Sleep:
         return time.sleep(max(0.0, step.seconds))
     raise TypeError(f"not a step: {step!r}")
+
+
+def _raw(r: "redis.Redis", cmds: Sequence[Tuple[Any, ...]]) -> List[Any]:
+    pool = r.connection_pool
+    conn = pool.get_connection("_")  # connected, with nothing unread (the pool checks)
+    try:
+        conn.send_packed_command([pack(cmds)], check_health=False)
+        reader, out, sock = Reader(), [], conn._sock
+        while len(out) < len(cmds):
+            reply = reader.get()
+            if reply is Reader.NOTHING:
+                data = sock.recv(_READ_SIZE)
+                if not data:
+                    raise redis.ConnectionError("Connection closed by server.")
+                reader.feed(data)
+            else:
+                out.append(reply)
+    except OSError as e:
+        conn.disconnect()
+        raise redis.ConnectionError(f"Error reading from Redis: {e}") from e
+    except BaseException:
+        conn.disconnect()  # replies may be left unread: the connection is not reusable
+        raise
+    finally:
+        pool.release(conn)
+    return _checked(out)
+
+
+def _checked(replies: List[Any]) -> List[Any]:
+    for reply in replies:
+        if type(reply) is ReplyError:
+            raise redis.ResponseError(reply)
+    return replies
 
 
 def _close(pubsub: Any) -> None:
@@ -193,6 +241,8 @@ async def _aexecute(r: Any, step: Any) -> Any:
         for args in step.cmds:
             pipe.execute_command(*args)
         return await pipe.execute()
+    if kind is Raw:
+        return await _araw(r, step.cmds)
     if kind is Listen:
         return await step.handle.get_message(timeout=step.timeout)
     if kind is Subscribe:
@@ -208,6 +258,32 @@ async def _aexecute(r: Any, step: Any) -> Any:
     if kind is Sleep:
         return await asyncio.sleep(max(0.0, step.seconds))
     raise TypeError(f"not a step: {step!r}")
+
+
+async def _araw(r: Any, cmds: Sequence[Tuple[Any, ...]]) -> List[Any]:
+    pool = r.connection_pool
+    conn = await pool.get_connection("_")  # connected, with nothing unread (the pool checks)
+    try:
+        await conn.send_packed_command([pack(cmds)], check_health=False)
+        reader, out, stream = Reader(), [], conn._reader
+        while len(out) < len(cmds):
+            reply = reader.get()
+            if reply is Reader.NOTHING:
+                data = await stream.read(_READ_SIZE)
+                if not data:
+                    raise redis.ConnectionError("Connection closed by server.")
+                reader.feed(data)
+            else:
+                out.append(reply)
+    except OSError as e:
+        await conn.disconnect()
+        raise redis.ConnectionError(f"Error reading from Redis: {e}") from e
+    except BaseException:
+        await conn.disconnect()  # replies may be left unread: the connection is not reusable
+        raise
+    finally:
+        await pool.release(conn)
+    return _checked(out)
 
 
 async def _aclose(pubsub: Any) -> None:

@@ -15,7 +15,7 @@ import msgpack
 import redis
 
 from ._batch import READ_COUNT, SUBMIT_CHUNK, JobLike, MapState, Progress, encode_entries, new_stream_name, total_of
-from ._drive import CONN_ERRORS, DONE, Close, Cmd, Cursor, Emit, Listen, Op, Pipe, Sleep, Subscribe, streaming
+from ._drive import CONN_ERRORS, DONE, Close, Cmd, Cursor, Emit, Listen, Op, Pipe, Raw, Sleep, Subscribe, streaming
 from ._keys import Keys, check_id, new_job_id
 from ._url import DEFAULT_URL, RedisAddress, parse_redis_url
 from .errors import WaitTimeout, check_options
@@ -374,10 +374,10 @@ class ClientOps:
                     yield from self._xadd_entries(entries)
                 if state.finished:
                     break
-                reply = yield Cmd(("XREAD", "COUNT", READ_COUNT, "BLOCK", 1000, "STREAMS", state.stream_key,
-                                   state.last_id))
+                (reply,) = yield Raw([("XREAD", "COUNT", READ_COUNT, "BLOCK", 1000, "STREAMS", state.stream_key,
+                                       state.last_id)])
                 fetch: List[str] = []
-                for _key, records in reply or []:
+                for _key, records in reply or ():
                     for entry_id, fields in records:
                         ready, more = state.on_record(entry_id, fields)
                         fetch += more
@@ -399,7 +399,7 @@ class ClientOps:
     def _xadd_entries(self, entries: List[Tuple[str, Dict[str, Any]]]) -> Op[None]:
         q = self.keys.queue(self.queue)
         for i in range(0, len(entries), SUBMIT_CHUNK):
-            yield Pipe([("XADD", q, "*", *flat_fields(fields)) for _, fields in entries[i:i + SUBMIT_CHUNK]])
+            yield Raw([("XADD", q, "*", *flat_fields(fields)) for _, fields in entries[i:i + SUBMIT_CHUNK]])
 
     def submit_many(self, jobs: Iterable[JobLike], *, notify: Optional[str] = None,
                     notify_result: bool = False) -> Op[List[str]]:
@@ -422,8 +422,8 @@ class ClientOps:
         on from there after a reconnect)."""
         key = self.keys.notify(notify)
         while True:
-            reply = yield Cmd(("XREAD", "COUNT", READ_COUNT, "BLOCK", block_ms, "STREAMS", key, after))
-            for _key, entries in reply or []:
+            (reply,) = yield Raw([("XREAD", "COUNT", READ_COUNT, "BLOCK", block_ms, "STREAMS", key, after)])
+            for _key, entries in reply or ():
                 for entry_id, fields in entries:
                     after = entry_id.decode()
                     yield Emit((after, decode_completion(fields)))

@@ -400,27 +400,32 @@ class Completion:
     result_bytes: Optional[int] = None
 
 
-def decode_completion(fields: Mapping[Any, Any]) -> Completion:
-    """Decode the fields of a completion record (keys and values as bytes or str)."""
-    f = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
-
-    def text(name: str) -> Optional[str]:
-        v = f.get(name)
-        return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
-
-    job_id, outcome = text("id"), text("outcome")
+def decode_completion(fields: Union[Mapping[Any, Any], Sequence[Any]]) -> Completion:
+    """Decode the fields of a completion record: a mapping, or XREAD's flat list of names and
+    values (bytes or str)."""
+    if type(fields) is list:
+        it = iter(fields)
+        fields = dict(zip(it, it))
+    f: Mapping[Any, Any] = fields  # type: ignore[assignment]
+    if f and type(next(iter(f))) is str:
+        f = {k.encode(): v for k, v in f.items()}
+    job_id, outcome = _text(f.get(b"id")), _text(f.get(b"outcome"))
     if not job_id or outcome is None:
         raise ProtocolError("completion record without id or outcome", code="bad_payload")
-    code = text("exit_code")
+    code = f.get(b"exit_code")
     try:
         exit_code = int(code) if code else None
-        size = int(text("result_bytes") or "0") or None
+        size = int(f.get(b"result_bytes") or 0) or None
     except ValueError:
         raise ProtocolError(f"completion record of {job_id}: bad number", code="bad_payload") from None
-    raw = f.get("result")
-    result = decode_result(raw if isinstance(raw, bytes) else raw.encode()) if raw is not None else None
-    return Completion(id=job_id, outcome=outcome, exit_code=exit_code, error=text("error"),
+    raw = f.get(b"result")
+    result = decode_result(raw if type(raw) is bytes else raw.encode()) if raw is not None else None
+    return Completion(id=job_id, outcome=outcome, exit_code=exit_code, error=_text(f.get(b"error")),
                       result=result, result_bytes=size)
+
+
+def _text(v: Any) -> Any:
+    return v.decode("utf-8", "replace") if type(v) is bytes else v
 
 
 def decode_result(data: bytes) -> Result:
