@@ -27,7 +27,10 @@ def pack(cmds: Iterable[Sequence[Any]]) -> bytes:
     for args in cmds:
         add(b"*%d\r\n" % len(args))
         for a in args:
-            if type(a) is not bytes:
+            kind = type(a)
+            if kind is str:
+                a = a.encode()
+            elif kind is not bytes:
                 a = _as_bytes(a)
             add(b"$%d\r\n%b\r\n" % (len(a), a))
     return b"".join(out)
