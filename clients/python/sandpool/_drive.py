@@ -18,8 +18,10 @@ An operation (an ``Op``) yields:
 A step that fails raises its exception into the operation at the ``yield`` (so an operation can
 catch a lost connection and go on).  When the caller stops iterating a streaming operation
 (``close()``/``aclose()``, ``break``, Ctrl-C, task cancellation), that exception is raised into
-it too and the driver goes on executing the steps it yields while it unwinds (its cleanup: a map
-cancels its jobs), ignoring any Emit, until it ends.
+it too (GeneratorExit as :class:`Stopped`, since a generator cannot answer GeneratorExit with
+more steps) and the driver goes on executing the steps it yields while it unwinds (its cleanup:
+a map cancels its jobs), ignoring any Emit, until it ends.  An operation whose ``finally`` yields
+steps must therefore be driven to its end, as the drivers and :func:`sandpool._ops.relay` do.
 
 :func:`facade` turns the public operations of a class into methods of a sync or an async client.
 """
