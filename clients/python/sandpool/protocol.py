@@ -205,7 +205,7 @@ class Job:
 
     def options(self) -> Dict[str, Any]:
         """The options given (not None), without ``id``."""
-        return {f: getattr(self, f) for f in JOB_OPTIONS if getattr(self, f) is not None}
+        return {f: v for f, v in self.__dict__.items() if v is not None and f != "id"}
 
 
 #: The names of a job's options: the keyword arguments of submit, run and Job.
