@@ -9,6 +9,9 @@ of the size a `true` job has, and no sandbox. Its own CPU is reported apart. A l
 goes through the real daemon (with sandboxes) for the end-to-end rate on this machine.
 
     bash bench/batch.sh        (builds, dumps the scripts, runs this, writes RESULTS-batch.md)
+    python3 bench/batch_bench.py client --scripts DIR --n 20000
+                               (the Python client's CPU per job only; DIR holds claim.lua and
+                               finish.lua as bench/batch.sh dumps them)
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ def standin(sock: str, scripts: Path, stop_after: int) -> None:
                 res = msgpack.packb(result, use_bin_type=True)
                 ev = msgpack.packb({"v": 1, "type": "exited", "seq": 0, "result": result}, use_bin_type=True)
                 pipe.evalsha(finish, 4, f"sandpool:job:{jid}", f"sandpool:result:{jid}", q, f"sandpool:out:{jid}",
-                             eid, consumer, "1", res, "86400", ev, group, "sandpool", jid, "exit", "0", "")
+                             eid, consumer, "1", res, "86400", ev, group, "sandpool", jid, "exit", "0", "", "0")
             pipe.execute()
             done += len(entries)
     except KeyboardInterrupt:
@@ -131,6 +134,16 @@ def measure_async_batch(url: str, n: int) -> Dict[str, Any]:
         return {"name": "Python AsyncClient.submit_many + completions", "n": n, "ok": len(seen), "wall_s": wall,
                 "client_cpu_s": cpu, "submitted_per_s": n / t_sub, "collected_per_s": n / wall}
     return asyncio.run(main())
+
+
+def measure_sync_map(url: str, n: int, concurrency: int) -> Dict[str, Any]:
+    c = Client(url)
+    t0, c0 = time.monotonic(), cpu_self()
+    ok = sum(1 for r in c.map((Job(shell="true") for _ in range(n)), concurrency=concurrency) if r.ok)
+    wall, cpu = time.monotonic() - t0, cpu_self() - c0
+    c.close()
+    return {"name": f"Python Client.map (concurrency {concurrency})", "n": n, "ok": ok, "wall_s": wall,
+            "client_cpu_s": cpu, "submitted_per_s": n / wall, "collected_per_s": n / wall}
 
 
 def measure_cli_map(url: str, cli: str, n: int, concurrency: int, tmp: Path) -> Dict[str, Any]:
@@ -212,7 +225,9 @@ def with_standin(rs: Redis, scripts: Path, n: int, fn) -> Dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["all", "standin", "report"])
+    ap.add_argument("mode", choices=["all", "client", "standin", "report"],
+                    help="client: only the Python client's rows (AsyncClient submit_many + completions, AsyncClient.map, "
+                         "Client.map) against the stand-in, printed as JSON, no report written")
     ap.add_argument("--rows", type=Path, help="report: a file of raw JSON rows (from a run's output)")
     ap.add_argument("--load", default="? ? ?,? ? ?", help="report: the load averages before,after")
     ap.add_argument("--socket")
@@ -237,6 +252,17 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="sp-batch-"))
     rs = Redis(tmp)
     url = f"unix://{rs.sock}"
+    if a.mode == "client":
+        try:
+            for fn in (lambda: measure_async_batch(url, a.n), lambda: measure_async_map(url, a.n, 5000),
+                       lambda: measure_sync_map(url, a.n, 5000)):
+                row = with_standin(rs, a.scripts, a.n, fn)
+                row["client_us_per_job"] = round(1e6 * row["client_cpu_s"] / a.n, 1)
+                print(json.dumps(row), flush=True)
+        finally:
+            rs.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     rows: List[Dict[str, Any]] = []
     load0 = open("/proc/loadavg").read().split()[:3]
     try:

@@ -116,7 +116,8 @@ def test_client_user_can_cancel(acl_setup):
     server, d, client, port, url = acl_setup
     job_id = new_id("acl")
     client.xadd("sandpool:q:default", {"id": job_id, "job": msgpack.packb({"v": 1, "id": job_id, "shell": "sleep 30"})})
-    time.sleep(1)
+    admin = server.client()  # the client user may not read the job hash
+    wait_for(lambda: admin.hget(f"sandpool:job:{job_id}", "state") == b"running", 30, "the job to run")
     p = client.pipeline(transaction=True)
     p.hset(f"sandpool:job:{job_id}", "cancel", 1)
     p.expire(f"sandpool:job:{job_id}", 86400)

@@ -2,11 +2,37 @@
 healthy daemon's jobs, a dead daemon's jobs go before new ones, and a daemon that did lose a job
 stops running it. See docs/ARCHITECTURE.md, "Leases"."""
 
-import time
+import json
+
+import msgpack
 
 from sandpool_harness import job_map, new_id, result, running, submit, wait_for, wait_results
 
 FAST = ["--heartbeat-ms", "200", "--lease-ms", "1000"]
+
+
+def _logged(d, msg):
+    """True once the daemon's log has a line whose message is msg."""
+    for line in d.log_tail(10**7).splitlines():
+        try:
+            if json.loads(line).get("msg") == msg:
+                return True
+        except ValueError:
+            pass
+    return False
+
+
+def _idle_ms(r, job_id):
+    """How long the job's queue entry has been idle (delivered and not acknowledged), in ms."""
+    entry = r.hget(f"sandpool:job:{job_id}", "entry").decode()
+    pending = r.xpending_range("sandpool:q:default", "workers", min=entry, max=entry, count=1)
+    return pending[0]["time_since_delivered"] if pending else 0
+
+
+def _record(r, d):
+    """The daemon's heartbeat record (PROTOCOL.md section 10)."""
+    raw = r.get(f"sandpool:daemon:{d.consumer}")
+    return msgpack.unpackb(raw, raw=False) if raw else {"queue_figures": {"pending": 0}}
 
 
 def test_redis_paused_longer_than_the_lease_takes_nobodys_jobs(redis_server, daemons):
@@ -16,7 +42,9 @@ def test_redis_paused_longer_than_the_lease_takes_nobodys_jobs(redis_server, dae
     ids = [submit(r, job_map(new_id("pause"), shell=f"sleep 2; echo {i}", retries=(i % 2))) for i in range(4)]
     wait_for(lambda: running(r, ids), 30, "all four jobs to run")
     redis_server.pause()
-    time.sleep(4)  # four leases
+    # Paused past the lease, as each daemon sees it: its stall line comes after 3 s (3 leases)
+    # without an answer (test_redis_stall.py).
+    wait_for(lambda: all(_logged(d, "redis not answering") for d in (a, b)), 30, "both daemons to see the stall")
     redis_server.resume()
     results = wait_results(r, ids, 60)
     for i, job_id in enumerate(ids):
@@ -34,7 +62,9 @@ def test_a_paused_daemon_keeps_its_jobs(redis_server, daemons):
     wait_for(lambda: running(r, [job_id]), 30, "the job to run on a")
     b = daemons(workers=2, extra=FAST)
     a.pause()
-    time.sleep(4)  # the entry goes idle past the lease, but a's connections are still there
+    # The entry goes idle for four leases (b beats 20 times meanwhile), but a's connections are
+    # still there.
+    wait_for(lambda: _idle_ms(r, job_id) >= 4000, 30, "the entry to be idle for four leases")
     assert r.hget(f"sandpool:job:{job_id}", "consumer").decode() == a.consumer
     a.resume()
     res = wait_results(r, [job_id], 60)[job_id]
@@ -68,7 +98,7 @@ def test_a_daemon_that_lost_a_job_stops_running_it(redis_server, daemons):
     wait_for(lambda: running(r, [job_id]), 30, "the job to run on a")
     # Drop every connection of a and keep it out for longer than the lease, while b is watching.
     b = daemons(workers=1, extra=FAST + ["--python-workers", "0", "--node-workers", "0", "--max-workers", "1"])
-    time.sleep(1.5)
+    wait_for(lambda: _record(r, b)["queue_figures"]["pending"] >= 1, 30, "b's heartbeat to have read the queue")
     a.pause()
     for c in r.client_list():
         if c.get("name", "").startswith(f"sandpoold:sandpool:{a.consumer}:"):

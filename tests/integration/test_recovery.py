@@ -4,7 +4,8 @@ job in a terminal state (PROTOCOL.md section 4), and no sandbox outlives its dae
 import time
 from collections import Counter
 
-from sandpool_harness import job_map, new_id, result, running, submit, wait_for, wait_results
+from sandpool_harness import (job_map, new_id, published_stdout, read_cmdline, result, running, submit, wait_for,
+                              wait_results)
 
 TERMINAL_AFTER_CRASH = {"exit", "worker_lost"}
 
@@ -47,7 +48,8 @@ def test_redis_restart_mid_run_loses_nothing(redis_server, daemons):
     r = redis_server.client()
     daemons(workers=6)
     ids = [submit(r, job_map(new_id("rr"), shell=f"sleep 0.3; echo {i}")) for i in range(30)]
-    time.sleep(0.5)
+    # Mid-run: jobs in flight when Redis goes.
+    wait_for(lambda: any(r.hget(f"sandpool:job:{i}", "state") == b"running" for i in ids), 30, "jobs to run")
     redis_server.restart(down_for=1.5)
     r = redis_server.client()
     results = wait_results(r, ids, timeout=60)
@@ -73,9 +75,12 @@ def test_sigterm_lets_running_jobs_finish(redis_server, daemons):
 def test_sigterm_past_grace_kills_with_a_retryable_error(redis_server, daemons):
     r = redis_server.client()
     d = daemons(workers=2, extra=["--grace-ms", "300"])
-    job_id = submit(r, job_map(new_id("grace"), shell="echo partial; sleep 60"))
-    wait_for(lambda: running(r, [job_id]), 20, "the job to start")
-    time.sleep(0.3)
+    job_id = new_id("grace")
+    out = r.pubsub()
+    out.subscribe(f"sandpool:out:{job_id}")
+    submit(r, job_map(job_id, shell="echo partial; sleep 60"))
+    wait_for(lambda: published_stdout(out), 20, "the job's first output")
+    out.close()
     assert d.terminate(timeout=30) == 0
     res = result(r, job_id)
     assert res["outcome"] == "error" and res["error"]["code"] == "shutdown" and res["error"]["retryable"], res
@@ -90,7 +95,8 @@ def test_another_daemon_recovers_a_dead_hosts_jobs(redis_server, daemons):
     lost = submit(r, job_map(new_id("dead"), shell="sleep 30"))
     retried = submit(r, job_map(new_id("dead"), shell="sleep 1; echo again", retries=1))
     wait_for(lambda: running(r, [lost, retried]), 20, "both jobs to run on daemon a")
-    time.sleep(0.2)
+    wait_for(lambda: len([p for p in a.job_processes() if read_cmdline(p).startswith(b"sleep\x00")]) == 2, 20,
+             "both jobs' sleep to run in a's sandboxes")
     a.kill9()
     b = daemons(workers=2, extra=fast)
     results = wait_results(r, [lost, retried], timeout=30)

@@ -16,10 +16,19 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python"))
 
 from sandpool import Client, SessionError  # noqa: E402
-from sandpool_harness import wait_for  # noqa: E402
+from sandpool_harness import published_stdout, wait_for  # noqa: E402
 
 FAST = ["--heartbeat-ms", "200", "--lease-ms", "1000"]
 SMALL = ["--python-workers", "0", "--node-workers", "0", "--session-disk", "128M"]
+
+
+def _still_there(s, pids):
+    """Those of pids (in the session) that still exist, zombies included: gone means reaped."""
+    try:
+        r = s.exec(shell="for n in %s; do [ -e /proc/$n ] && echo $n; done; true" % " ".join(pids), as_root=True)
+    except SessionError:
+        return ["(no answer)"]
+    return r.stdout.split() if r.ok else ["(failed)"]
 
 
 @pytest.fixture
@@ -104,7 +113,9 @@ def test_shell_lines_get_a_clean_process_even_when_the_shell_factory_is_killed(d
                           "read c < $p/comm 2>/dev/null && [ \"$c\" = \"$a\" ] && kill -9 $n && echo $n; done; true",
                     as_root=True)
     assert killed.ok and killed.stdout and all(p.isdigit() for p in killed.stdout.split()), killed
-    time.sleep(0.2)
+    # The killed processes are gone (reaped by the agent, so it knows).
+    pids = killed.stdout.decode().split()
+    wait_for(lambda: not _still_there(s, pids), 30, "the killed processes to be reaped")
     check("b")
     assert s.exec(shell="echo $((1 + 1))").stdout == b"2\n"
     s.destroy()
@@ -253,10 +264,12 @@ def test_exec_timeouts_cancels_and_limits_end_the_command_not_the_session(daemon
     def run():
         holder["r"] = s.exec(shell="echo started; sleep 60", op_id="cancel-me-1")
 
+    out = client.redis.pubsub()
+    out.subscribe("sandpool:out:cancel-me-1")
     t = threading.Thread(target=run)
     t.start()
-    wait_for(lambda: client.redis.hget("sandpool:job:cancel-me-1", "state") == b"running", 10, "the command")
-    time.sleep(0.2)
+    wait_for(lambda: published_stdout(out), 10, "the command's first output")
+    out.close()
     client.cancel("cancel-me-1")
     t.join(10)
     assert holder["r"].outcome == "cancelled"

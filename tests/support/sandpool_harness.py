@@ -40,6 +40,15 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
         time.sleep(interval)
 
 
+def published_stdout(pubsub) -> bool:
+    """True once a stdout event (PROTOCOL.md section 6) has come on the job channel `pubsub` is
+    subscribed to; reads what has arrived, without waiting."""
+    while (msg := pubsub.get_message(timeout=0.01)) is not None:
+        if msg["type"] == "message" and msgpack.unpackb(msg["data"], raw=False).get("type") == "stdout":
+            return True
+    return False
+
+
 class RedisServer:
     """A private redis-server on a unix socket (no TCP), stopped by stop(). With aof=True every
     write is fsynced to an append-only file, so restart() loses nothing."""

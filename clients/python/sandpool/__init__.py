@@ -13,8 +13,10 @@ completion streams, for ``map`` and ``submit_many``).  ``AsyncClient`` is the as
 
 from ._url import DEFAULT_URL, RedisAddress, parse_redis_url
 from ._batch import Progress
-from .aio import AsyncClient, AsyncSession
-from .client import URL_ENV, Client, JobStatus, Keys, new_job_id
+from ._keys import Keys, new_job_id
+from ._ops import URL_ENV, JobStatus
+from .aio import AsyncClient
+from .client import Client
 from .errors import (
     InvalidOptionError,
     ProtocolError,
@@ -23,7 +25,7 @@ from .errors import (
     SandpoolTimeout,
     WaitTimeout,
 )
-from .session import OpResult, Process, Session, SessionError, SessionInfo
+from .session import AsyncProcess, AsyncSession, OpResult, Process, Session, SessionError, SessionInfo
 from .protocol import (
     ERROR_CODES,
     EVENT_TYPES,
@@ -46,6 +48,7 @@ from .protocol import (
 
 __all__ = [
     "AsyncClient",
+    "AsyncProcess",
     "AsyncSession",
     "Client",
     "Completion",

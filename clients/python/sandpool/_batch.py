@@ -62,14 +62,15 @@ def encode_entries(jobs: Iterable[JobLike], notify: Optional[str], notify_result
                    id_prefix: str, start: int = 0) -> List[Tuple[str, Dict[str, Union[str, bytes]]]]:
     """(id, entry fields) of each job; jobs without an id get ``<id_prefix>-<index>``."""
     out = []
+    version = NOTIFY_PROTOCOL_VERSION if notify is not None else 1
+    # The fields after id and job are the same for every entry: checked and built once.
+    tail = entry_fields("-", b"", notify, notify_result)
+    del tail["id"], tail["job"]
     for i, j in enumerate(jobs, start):
         job = as_job(j)
         job_id = job.id if job.id is not None else f"{id_prefix}-{i}"
-        if not valid_job_id(job_id):
-            raise ValueError(f"invalid job id {job_id!r}: need 1..128 characters of [A-Za-z0-9._:-]")
-        version = NOTIFY_PROTOCOL_VERSION if notify is not None else 1
-        payload = encode_job(build_job_map(job_id, version=version, **job.options()))
-        out.append((job_id, entry_fields(job_id, payload, notify, notify_result)))
+        payload = encode_job(build_job_map(job_id, version=version, **job.options()))  # checks job_id
+        out.append((job_id, {"id": job_id, "job": payload, **tail}))
     return out
 
 

@@ -205,7 +205,7 @@ class Job:
 
     def options(self) -> Dict[str, Any]:
         """The options given (not None), without ``id``."""
-        return {f: getattr(self, f) for f in JOB_OPTIONS if getattr(self, f) is not None}
+        return {f: v for f, v in self.__dict__.items() if v is not None and f != "id"}
 
 
 #: The names of a job's options: the keyword arguments of submit, run and Job.
@@ -244,7 +244,7 @@ def _unpack_map(data: bytes, what: str) -> Dict[str, Any]:
         raise ProtocolError(f"{what} is not valid msgpack: {e}") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"{what} is not a msgpack map (got {type(obj).__name__})")
-    return {k: v for k, v in obj.items() if isinstance(k, str)}
+    return obj  # read with .get(name): keys of other types are never looked at
 
 
 def _as_bytes(v: Any, field: str) -> bytes:
@@ -346,28 +346,30 @@ class Result:
         outcome = _as_str(m.get("outcome"), "outcome", None)
         if outcome is None:
             raise ProtocolError("result has no 'outcome'")
-        return cls(
-            v=_as_int(m.get("v"), "v", PROTOCOL_VERSION),
-            id=_as_str(m.get("id"), "id") or "",
-            outcome=outcome,
-            exit_code=_as_int(m.get("exit_code"), "exit_code", None),
-            signal=_as_int(m.get("signal"), "signal", None),
-            timed_out=_as_bool(m.get("timed_out"), "timed_out"),
-            killed=_as_bool(m.get("killed"), "killed"),
-            stdout=_as_bytes(m.get("stdout"), "stdout"),
-            stderr=_as_bytes(m.get("stderr"), "stderr"),
-            stdout_truncated=_as_bool(m.get("stdout_truncated"), "stdout_truncated"),
-            stderr_truncated=_as_bool(m.get("stderr_truncated"), "stderr_truncated"),
-            stdout_dropped_bytes=_as_int(m.get("stdout_dropped_bytes"), "stdout_dropped_bytes"),
-            stderr_dropped_bytes=_as_int(m.get("stderr_dropped_bytes"), "stderr_dropped_bytes"),
-            exec_time_us=_as_int(m.get("exec_time_us"), "exec_time_us"),
-            cpu_time_us=_as_int(m.get("cpu_time_us"), "cpu_time_us"),
-            peak_memory_bytes=_as_int(m.get("peak_memory_bytes"), "peak_memory_bytes"),
-            queue_wait_us=_as_int(m.get("queue_wait_us"), "queue_wait_us"),
-            worker=_as_str(m.get("worker"), "worker") or "",
-            attempt=_as_int(m.get("attempt"), "attempt"),
-            error=error,
-        )
+        # Built without the dataclass's __init__ (a frozen one sets each field through
+        # object.__setattr__): a map decodes once per job, and this is the client's hot path.
+        # Fields of the expected type are taken as they are; others go through the converters,
+        # which accept the protocol's alternatives (str for bytes, ...) or raise.
+        out = object.__new__(cls)
+        d = out.__dict__
+        d.update(_RESULT_DEFAULTS)
+        for name, kind, convert in _RESULT_FIELDS:
+            v = m.get(name)
+            if v is not None:
+                d[name] = v if type(v) is kind else convert(v, name)
+        d["outcome"], d["error"] = outcome, error
+        d.setdefault("id", "")
+        return out
+
+
+#: (name, type, converter) of the plain fields of a result map.
+_RESULT_FIELDS = tuple(
+    [(n, int, _as_int) for n in ("v", "exit_code", "signal", "stdout_dropped_bytes", "stderr_dropped_bytes",
+                                 "exec_time_us", "cpu_time_us", "peak_memory_bytes", "queue_wait_us", "attempt")]
+    + [(n, bool, _as_bool) for n in ("timed_out", "killed", "stdout_truncated", "stderr_truncated")]
+    + [(n, bytes, _as_bytes) for n in ("stdout", "stderr")]
+    + [(n, str, _as_str) for n in ("id", "worker")])
+_RESULT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Result) if f.default is not dataclasses.MISSING}
 
 
 def entry_fields(job_id: str, payload: bytes, notify: Optional[str] = None,
@@ -400,27 +402,32 @@ class Completion:
     result_bytes: Optional[int] = None
 
 
-def decode_completion(fields: Mapping[Any, Any]) -> Completion:
-    """Decode the fields of a completion record (keys and values as bytes or str)."""
-    f = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
-
-    def text(name: str) -> Optional[str]:
-        v = f.get(name)
-        return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
-
-    job_id, outcome = text("id"), text("outcome")
+def decode_completion(fields: Union[Mapping[Any, Any], Sequence[Any]]) -> Completion:
+    """Decode the fields of a completion record: a mapping, or XREAD's flat list of names and
+    values (bytes or str)."""
+    if type(fields) is list:
+        it = iter(fields)
+        fields = dict(zip(it, it))
+    f: Mapping[Any, Any] = fields  # type: ignore[assignment]
+    if f and type(next(iter(f))) is str:
+        f = {k.encode(): v for k, v in f.items()}
+    job_id, outcome = _text(f.get(b"id")), _text(f.get(b"outcome"))
     if not job_id or outcome is None:
         raise ProtocolError("completion record without id or outcome", code="bad_payload")
-    code = text("exit_code")
+    code = f.get(b"exit_code")
     try:
         exit_code = int(code) if code else None
-        size = int(text("result_bytes") or "0") or None
+        size = int(f.get(b"result_bytes") or 0) or None
     except ValueError:
         raise ProtocolError(f"completion record of {job_id}: bad number", code="bad_payload") from None
-    raw = f.get("result")
-    result = decode_result(raw if isinstance(raw, bytes) else raw.encode()) if raw is not None else None
-    return Completion(id=job_id, outcome=outcome, exit_code=exit_code, error=text("error"),
+    raw = f.get(b"result")
+    result = decode_result(raw if type(raw) is bytes else raw.encode()) if raw is not None else None
+    return Completion(id=job_id, outcome=outcome, exit_code=exit_code, error=_text(f.get(b"error")),
                       result=result, result_bytes=size)
+
+
+def _text(v: Any) -> Any:
+    return v.decode("utf-8", "replace") if type(v) is bytes else v
 
 
 def decode_result(data: bytes) -> Result:

@@ -182,6 +182,14 @@ def _serve_one(raw: redis.Redis, script, ready: threading.Event) -> threading.Th
     return t
 
 
+def _until_blocked(raw: redis.Redis) -> None:
+    """Returns once a client of the server waits in a blocking command (_serve_one's XREAD)."""
+    deadline = time.monotonic() + 20
+    while raw.info("clients")["blocked_clients"] < 1:
+        assert time.monotonic() < deadline, "the XREAD never blocked"
+        time.sleep(0.01)
+
+
 def _publish(raw: redis.Redis, job_id: str, events: List[dict]) -> None:
     for e in events:
         raw.publish(f"sandpool:out:{job_id}", pack({"v": 1, **e}))
@@ -205,7 +213,7 @@ def test_run_delivers_live_chunks_in_order(client: Client, redis_server: RedisSe
     ready = threading.Event()
     t = _serve_one(peer, script, ready)
     ready.wait()
-    time.sleep(0.1)  # let XREAD block before the XADD
+    _until_blocked(peer)  # the XREAD waits before the XADD
     got: List[tuple] = []
     r = client.run(shell="x", on_stdout=lambda b: got.append(("out", b)),
                    on_stderr=lambda b: got.append(("err", b)), wait_timeout=30)
@@ -233,7 +241,7 @@ def test_run_falls_back_to_result_key_after_a_seq_gap(client: Client,
     ready = threading.Event()
     t = _serve_one(peer, script, ready)
     ready.wait()
-    time.sleep(0.1)
+    _until_blocked(peer)
     chunks: List[bytes] = []
     r = client.run(shell="x", on_stdout=chunks.append, wait_timeout=30)
     t.join(5)
