@@ -1,6 +1,6 @@
 /**
  * Following one job: sequence checks, loss detection and the fall back to the durable result
- * key, exactly as the Python client's `_Follower` does (PROTOCOL.md sections 2 and 6).
+ * key, exactly as the Python client's `sandpool._ops.follow` does (PROTOCOL.md sections 2 and 6).
  *
  * A follower is fed by the client's shared subscriber connection ({@link Follower.onMessage},
  * {@link Follower.onConnectionLost}) and by the client's result poller
