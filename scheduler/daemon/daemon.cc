@@ -77,6 +77,7 @@ Status Daemon::Start() {
                           metrics_.SetRedisConnected(false);
                           metrics_.RedisReconnect();
                           stream_reader_->OnCommandDisconnected();
+                          if (sessions_) sessions_->OnCommandDisconnected();
                         },
                         [this](double seconds, const redisReply* r) {
                           metrics_.ObserveRedisCommand(seconds);
@@ -92,11 +93,13 @@ Status Daemon::Start() {
                                       keys_.ClientName(config_.consumer, "subscriber"));
   ledger_ = std::make_unique<JobLedger>(base_, cmd_.get(), keys_, config_, &metrics_);
   StreamReader::Hooks reading;
-  reading.intake_capacity = [this] { return IntakeCapacity(); };
-  reading.template_capacity = [this](uint32_t t) { return TemplateCapacity(t); };
   reading.on_entries = [this](std::vector<StreamEntry> e) { OnEntries(std::move(e)); };
   reading.holds = [this](const std::string& entry) { return ledger_->Holds(entry); };
-  stream_reader_ = std::make_unique<StreamReader>(reader_.get(), cmd_.get(), keys_, config_, std::move(reading));
+  stream_reader_ = std::make_unique<StreamReader>(
+      reader_.get(), cmd_.get(), keys_, config_,
+      StreamReader::JobStreams(keys_, config_, [this] { return IntakeCapacity(); },
+                               [this](uint32_t t) { return TemplateCapacity(t); }),
+      std::move(reading));
 
   pools_ = std::make_unique<Pools>(base_, config_, &metrics_);
   SlotHooks hooks;
@@ -130,7 +133,7 @@ Status Daemon::Start() {
   sub_->Subscribe(keys_.prefix() + ":fwd", [this](redisReply* r) {
     // ["message", channel, template name]
     bool named = r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 3;
-    stream_reader_->OnForwarded(named ? ReplyString(r->element[2]) : std::string());
+    stream_reader_->Wake(named ? ReplyString(r->element[2]) : std::string());
   });
   sub_->Subscribe(keys_.Cancel(), [this](redisReply* r) {
     OnCancel(std::string(r->element[2]->str, r->element[2]->len));
@@ -145,7 +148,7 @@ Status Daemon::Start() {
   event_add(heartbeat_ev_, &tv);
   if (notify_ != nullptr) SP_RETURN_IF_ERROR(notify_->StartWatchdog(base_).Prefixed("systemd watchdog"));
   NotifySystemd();
-  LogInfo("sandpoold started", {{"consumer", config_.consumer}, {"queue", stream_reader_->intake()},
+  LogInfo("sandpoold started", {{"consumer", config_.consumer}, {"queue", keys_.Queue(config_.queue)},
                                 {"workers", config_.workers}, {"redis", config_.redis.Redacted()},
                                 {"cgroup", layout_.mode == CgroupMode::kV1 ? "v1" : "v2"}});
   return Status::Ok();
@@ -221,9 +224,9 @@ void Daemon::Dispatch(StreamEntry e) {
     // from the intake goes to the template's forward queue (a forward queue's entries stay:
     // whoever reads one had a free slot for it a moment ago).
     bool coming = pools_->PoolSize(t) > pools_->ReadyCount(t) + pools_->BusyCount(t);
-    if (first_wait && !coming && e.stream == stream_reader_->intake()) {
+    if (first_wait && !coming && e.stream == keys_.Queue(config_.queue)) {
       LogDebug("forwarding job", {{"job", job.spec.id}, {"template", config_.templates[t].name}});
-      ledger_->Forward(job.spec.id, e.stream, e.id, stream_reader_->forward(t));
+      ledger_->Forward(job.spec.id, e.stream, e.id, keys_.Forward(config_.queue, config_.templates[t].name));
       cmd_->Command({"PUBLISH", keys_.prefix() + ":fwd", config_.templates[t].name}, [](redisReply*) {});
       return;
     }

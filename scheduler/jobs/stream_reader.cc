@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 
 #include "common/clock.h"
@@ -17,47 +18,77 @@ constexpr size_t kOrphanBatch = 100;
 
 }  // namespace
 
-StreamReader::StreamReader(RedisAsync* reader, RedisAsync* cmd, const Keys& keys, const DaemonConfig& config, Hooks hooks)
+StreamReader::StreamReader(RedisAsync* reader, RedisAsync* cmd, const Keys& keys, const DaemonConfig& config,
+                           std::vector<StreamSpec> streams, Hooks hooks)
     : reader_(reader), cmd_(cmd), keys_(keys), config_(config), hooks_(std::move(hooks)) {
-  streams_.push_back(Stream{keys_.Queue(config_.queue)});
-  for (uint32_t t = 0; t < config_.templates.size(); ++t) {
-    Stream s{keys_.Forward(config_.queue, config_.templates[t].name)};
-    s.tmpl = static_cast<int>(t);
-    streams_.push_back(std::move(s));
+  for (StreamSpec& spec : streams) streams_.push_back(Stream{std::move(spec)});
+  orphans_checked_ = !Reclaims();
+}
+
+std::vector<StreamReader::StreamSpec> StreamReader::JobStreams(const Keys& keys, const DaemonConfig& config,
+                                                               std::function<size_t()> intake_capacity,
+                                                               std::function<size_t(uint32_t)> template_capacity) {
+  std::vector<StreamSpec> out;
+  out.push_back(StreamSpec{keys.Queue(config.queue), std::move(intake_capacity), true, true, ""});
+  for (uint32_t t = 0; t < config.templates.size(); ++t) {
+    out.push_back(StreamSpec{keys.Forward(config.queue, config.templates[t].name),
+                             [template_capacity, t] { return template_capacity(t); }, false, true,
+                             config.templates[t].name});
   }
+  return out;
 }
 
 std::vector<std::string> StreamReader::Streams() const {
   std::vector<std::string> out;
-  for (const Stream& s : streams_) out.push_back(s.key);
+  for (const Stream& s : streams_) out.push_back(s.spec.key);
   return out;
 }
 
-size_t StreamReader::Capacity(const Stream& s) const {
-  return s.tmpl < 0 ? hooks_.intake_capacity() : hooks_.template_capacity(static_cast<uint32_t>(s.tmpl));
+bool StreamReader::Reclaims() const {
+  return std::any_of(streams_.begin(), streams_.end(), [](const Stream& s) { return s.spec.reclaim; });
 }
 
-void StreamReader::OnReaderConnected() { Read(); }
+void StreamReader::RestartScans() {
+  for (Stream& s : streams_) {
+    s.own_scan = true;
+    s.scan_from = "0";
+  }
+}
 
-void StreamReader::OnReaderDisconnected() { streams_[0].in_flight = false; }
+// A reply the reader connection lost may have delivered entries to this consumer that nobody
+// saw: they are pending here, and the own scan finds them.
+void StreamReader::OnReaderConnected() {
+  RestartScans();
+  Read();
+}
+
+void StreamReader::OnReaderDisconnected() {
+  if (!blocking_in_flight_) return;
+  blocking_in_flight_ = false;
+  for (Stream& s : streams_) {
+    if (s.spec.blocking) s.in_flight = false;
+  }
+}
 
 void StreamReader::OnCommandConnected() {
   cmd_connected_since_us_ = MonotonicUs();
   for (Stream& s : streams_) {
     s.group_ready = false;
-    s.own_scan = true;
-    s.in_flight = false;
+    s.in_flight = s.spec.blocking && blocking_in_flight_;
     s.orphans.clear();
   }
+  RestartScans();
   orphan_search_in_flight_ = false;
-  orphans_checked_ = false;
+  orphans_checked_ = !Reclaims();
   CreateGroups();
   FindOrphans();
 }
 
 void StreamReader::OnCommandDisconnected() {
   cmd_connected_since_us_ = 0;
-  for (size_t i = 1; i < streams_.size(); ++i) streams_[i].in_flight = false;
+  for (Stream& s : streams_) {
+    if (!s.spec.blocking || !blocking_in_flight_) s.in_flight = false;
+  }
 }
 
 void StreamReader::Stop() {
@@ -70,11 +101,12 @@ void StreamReader::Stop() {
 void StreamReader::CreateGroups() {
   for (size_t i = 0; i < streams_.size(); ++i) {
     if (streams_[i].group_ready) continue;
-    cmd_->Command({"XGROUP", "CREATE", streams_[i].key, std::string(Keys::kGroup), "0", "MKSTREAM"},
+    cmd_->Command({"XGROUP", "CREATE", streams_[i].spec.key, std::string(Keys::kGroup), "0", "MKSTREAM"},
                   [this, i](redisReply* r) {
                     if (r == nullptr) return;
                     if (r->type == REDIS_REPLY_ERROR && ReplyString(r).rfind("BUSYGROUP", 0) != 0) {
-                      LogWarn("cannot create the consumer group yet", {{"stream", streams_[i].key}, {"error", ReplyString(r)}});
+                      LogWarn("cannot create the consumer group yet",
+                              {{"stream", streams_[i].spec.key}, {"error", ReplyString(r)}});
                       return;
                     }
                     streams_[i].group_ready = true;
@@ -83,13 +115,13 @@ void StreamReader::CreateGroups() {
   }
 }
 
-void StreamReader::OnForwarded(std::string_view tmpl) {
+void StreamReader::Wake(std::string_view name) {
   bool known = false;
-  for (Stream& s : streams_) {
-    if (s.tmpl >= 0 && config_.templates[static_cast<size_t>(s.tmpl)].name == tmpl) known = true;
+  for (const Stream& s : streams_) {
+    if (!s.spec.blocking && s.spec.wake_name == name) known = true;
   }
   for (Stream& s : streams_) {
-    if (s.tmpl >= 0 && (!known || config_.templates[static_cast<size_t>(s.tmpl)].name == tmpl)) ++s.wakes;
+    if (!s.spec.blocking && (!known || s.spec.wake_name == name)) ++s.wakes;
   }
   Read();
 }
@@ -104,6 +136,7 @@ void StreamReader::Heartbeat() {
 
 void StreamReader::Read() {
   if (stopped_ || !cmd_->connected()) return;
+  if (hooks_.may_read && !hooks_.may_read()) return;
   for (size_t i = 0; i < streams_.size(); ++i) {
     Stream& s = streams_[i];
     if (!s.group_ready || s.in_flight) continue;
@@ -112,13 +145,13 @@ void StreamReader::Read() {
       continue;
     }
     if (!s.orphans.empty()) {
-      if (Capacity(s) > 0) ClaimOrphans(i);
+      if (s.spec.capacity() > 0) ClaimOrphans(i);
       continue;  // orphans first: nothing new is read from this stream while they wait
     }
-    if (i > 0) ReadForward(i);
+    if (!s.spec.blocking) ReadWoken(i);
   }
   // New work waits until this connection's first look for orphans is done (they go first).
-  if (streams_[0].group_ready && !streams_[0].own_scan && streams_[0].orphans.empty() && orphans_checked_) ReadIntake();
+  if (orphans_checked_) ReadBlocking();
 }
 
 void StreamReader::Deliver(redisReply* entries, const std::string& stream) {
@@ -135,9 +168,7 @@ void StreamReader::Deliver(redisReply* entries, const std::string& stream) {
     if (fields == nullptr || fields->type != REDIS_REPLY_ARRAY) {
       e.deleted = true;
     } else {
-      for (size_t j = 0; j + 1 < fields->elements; j += 2) {
-        e.fields[ReplyString(fields->element[j])] = ReplyString(fields->element[j + 1]);
-      }
+      e.fields = ReplyFields(fields);
     }
     out.push_back(std::move(e));
   }
@@ -145,12 +176,14 @@ void StreamReader::Deliver(redisReply* entries, const std::string& stream) {
 }
 
 // Entries delivered to this consumer name before and never acknowledged: a previous run of this
-// daemon died with them, or Redis dropped a reply. The claim script tells which ran.
+// daemon died with them, or Redis dropped a reply. The owner's claim tells which ran. Paged from
+// the last entry seen: entries the owner holds stay pending, and a scan from 0 again would
+// return them forever.
 void StreamReader::ScanOwn(size_t i) {
   streams_[i].in_flight = true;
-  std::string key = streams_[i].key;
+  std::string key = streams_[i].spec.key;
   bool sent = cmd_->Command({"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT",
-                             std::to_string(kOwnPendingBatch), "STREAMS", key, "0"},
+                             std::to_string(kOwnPendingBatch), "STREAMS", key, streams_[i].scan_from},
                             [this, i, key](redisReply* r) {
                               streams_[i].in_flight = false;
                               if (r == nullptr || stopped_) return;
@@ -160,29 +193,36 @@ void StreamReader::ScanOwn(size_t i) {
                                 if (ReplyString(r).rfind("NOGROUP", 0) == 0) streams_[i].group_ready = false;
                                 return;
                               }
-                              streams_[i].own_scan = false;
+                              redisReply* entries = nullptr;
                               if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->elements == 2) {
-                                redisReply* entries = r->element[0]->element[1];
+                                entries = r->element[0]->element[1];
+                              }
+                              if (entries == nullptr || entries->type != REDIS_REPLY_ARRAY || entries->elements == 0) {
+                                streams_[i].own_scan = false;
+                              } else {
                                 size_t fresh = 0;
                                 for (size_t k = 0; k < entries->elements; ++k) {
                                   fresh += !hooks_.holds(ReplyString(entries->element[k]->element[0]));
                                 }
-                                if (fresh > 0) LogInfo("recovering own pending entries", {{"stream", key}, {"count", static_cast<uint64_t>(fresh)}});
+                                if (fresh > 0) {
+                                  LogInfo("recovering own pending entries",
+                                          {{"stream", key}, {"count", static_cast<uint64_t>(fresh)}});
+                                }
+                                redisReply* last = entries->element[entries->elements - 1];
+                                streams_[i].scan_from = ReplyString(last->element[0]);
                                 Deliver(entries, key);
-                                // A full batch may mean more; entries we hold are skipped, so this ends.
-                                if (fresh == kOwnPendingBatch) streams_[i].own_scan = true;
                               }
                               Read();
                             });
   if (!sent) streams_[i].in_flight = false;
 }
 
-void StreamReader::ReadForward(size_t i) {
+void StreamReader::ReadWoken(size_t i) {
   if (streams_[i].wakes == streams_[i].wakes_read) return;  // empty since the last reason to look
-  size_t n = Capacity(streams_[i]);
+  size_t n = streams_[i].spec.capacity();
   if (n == 0) return;
   streams_[i].in_flight = true;
-  std::string key = streams_[i].key;
+  std::string key = streams_[i].spec.key;
   uint64_t wakes = streams_[i].wakes;
   bool sent = cmd_->Command({"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT",
                              std::to_string(n), "STREAMS", key, ">"},
@@ -205,33 +245,55 @@ void StreamReader::ReadForward(size_t i) {
   if (!sent) streams_[i].in_flight = false;
 }
 
-void StreamReader::ReadIntake() {
-  Stream& s = streams_[0];
-  if (s.in_flight || !reader_ || !reader_->connected()) return;
-  size_t n = Capacity(s);
-  if (n == 0) return;
-  s.in_flight = true;
-  reader_->CommandBlocking({"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT",
-                            std::to_string(n), "BLOCK", std::to_string(kBlockMs), "STREAMS", s.key, ">"},
-                           [this](redisReply* r) {
-                             streams_[0].in_flight = false;
-                             // While draining, entries that still arrive stay pending and
-                             // unclaimed: another daemon, or our own restart, runs them.
-                             if (r == nullptr || stopped_) return;
-                             if (r->type == REDIS_REPLY_ERROR) {
-                               LogWarn("XREADGROUP failed", {{"error", ReplyString(r)}});
-                               if (ReplyString(r).rfind("NOGROUP", 0) == 0) streams_[0].group_ready = false;
-                               return;
-                             }
-                             if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->elements == 2) {
-                               Deliver(r->element[0]->element[1], streams_[0].key);
-                             }
-                             Read();
-                           });
+void StreamReader::ReadBlocking() {
+  if (blocking_in_flight_ || !reader_ || !reader_->connected()) return;
+  std::vector<size_t> read;
+  size_t count = std::numeric_limits<size_t>::max();
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    Stream& s = streams_[i];
+    if (!s.spec.blocking || !s.group_ready || s.in_flight || s.own_scan || !s.orphans.empty()) continue;
+    size_t n = s.spec.capacity();
+    if (n == 0) continue;
+    read.push_back(i);
+    count = std::min(count, n);
+  }
+  if (read.empty()) return;
+  std::vector<std::string> args = {"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT",
+                                   std::to_string(count), "BLOCK", std::to_string(kBlockMs), "STREAMS"};
+  for (size_t i : read) args.push_back(streams_[i].spec.key);
+  for (size_t k = 0; k < read.size(); ++k) args.push_back(">");
+  blocking_in_flight_ = true;
+  for (size_t i : read) streams_[i].in_flight = true;
+  bool sent = reader_->CommandBlocking(args, [this, read](redisReply* r) {
+    blocking_in_flight_ = false;
+    for (size_t i : read) streams_[i].in_flight = false;
+    // While draining, entries that still arrive stay pending and unclaimed: another daemon, or
+    // our own restart, runs them.
+    if (r == nullptr || stopped_) return;
+    if (r->type == REDIS_REPLY_ERROR) {
+      LogWarn("XREADGROUP failed", {{"error", ReplyString(r)}});
+      if (ReplyString(r).rfind("NOGROUP", 0) == 0) {
+        for (size_t i : read) streams_[i].group_ready = false;
+        CreateGroups();
+      }
+      return;
+    }
+    if (r->type == REDIS_REPLY_ARRAY) {
+      for (size_t k = 0; k < r->elements; ++k) {
+        redisReply* s = r->element[k];
+        if (s->type == REDIS_REPLY_ARRAY && s->elements == 2) Deliver(s->element[1], ReplyString(s->element[0]));
+      }
+    }
+    Read();
+  });
+  if (!sent) {
+    blocking_in_flight_ = false;
+    for (size_t i : read) streams_[i].in_flight = false;
+  }
 }
 
 void StreamReader::FindOrphans() {
-  if (orphan_search_in_flight_ || cmd_connected_since_us_ == 0) return;
+  if (!Reclaims() || orphan_search_in_flight_ || cmd_connected_since_us_ == 0) return;
   orphan_search_in_flight_ = true;
   bool sent = FindLiveDaemons(cmd_, keys_, config_, [this](std::optional<std::set<std::string>> alive) {
     auto done = [this] {
@@ -250,9 +312,11 @@ void StreamReader::FindOrphans() {
 }
 
 void StreamReader::ListPending(std::shared_ptr<std::set<std::string>> alive, std::function<void()> done) {
-  auto left = std::make_shared<size_t>(streams_.size());
+  auto left = std::make_shared<size_t>(0);
+  for (const Stream& s : streams_) *left += s.spec.reclaim;
   for (size_t i = 0; i < streams_.size(); ++i) {
-    std::string key = streams_[i].key;
+    if (!streams_[i].spec.reclaim) continue;
+    std::string key = streams_[i].spec.key;
     bool ok = cmd_->Command({"XPENDING", key, std::string(Keys::kGroup), "IDLE", std::to_string(config_.lease_ms), "-",
                              "+", std::to_string(kOrphanBatch)},
                             [this, i, alive, left, done](redisReply* p) {
@@ -272,7 +336,8 @@ void StreamReader::TakeOrphanList(size_t i, redisReply* p, const std::set<std::s
     if (alive.count(ReplyString(e->element[1])) == 0) found.push_back(ReplyString(e->element[0]));
   }
   if (!found.empty() && streams_[i].orphans.empty()) {
-    LogInfo("found entries of a daemon that is gone", {{"stream", streams_[i].key}, {"count", static_cast<uint64_t>(found.size())}});
+    LogInfo("found entries of a daemon that is gone",
+            {{"stream", streams_[i].spec.key}, {"count", static_cast<uint64_t>(found.size())}});
   }
   streams_[i].orphans = std::move(found);
   Read();
@@ -280,17 +345,19 @@ void StreamReader::TakeOrphanList(size_t i, redisReply* p, const std::set<std::s
 
 void StreamReader::ClaimOrphans(size_t i) {
   Stream& s = streams_[i];
-  size_t n = std::min(Capacity(s), s.orphans.size());
-  std::vector<std::string> args = {"XCLAIM", s.key, std::string(Keys::kGroup), config_.consumer,
+  size_t n = std::min(s.spec.capacity(), s.orphans.size());
+  std::vector<std::string> args = {"XCLAIM", s.spec.key, std::string(Keys::kGroup), config_.consumer,
                                    std::to_string(config_.lease_ms)};
   args.insert(args.end(), s.orphans.begin(), s.orphans.begin() + static_cast<long>(n));
   s.orphans.erase(s.orphans.begin(), s.orphans.begin() + static_cast<long>(n));
   s.in_flight = true;
-  std::string key = s.key;
+  std::string key = s.spec.key;
   bool sent = cmd_->Command(args, [this, i, key](redisReply* r) {
     streams_[i].in_flight = false;
     if (r == nullptr || stopped_ || r->type != REDIS_REPLY_ARRAY) return;
-    if (r->elements > 0) LogInfo("reclaimed entries of a daemon that is gone", {{"stream", key}, {"count", static_cast<uint64_t>(r->elements)}});
+    if (r->elements > 0) {
+      LogInfo("reclaimed entries of a daemon that is gone", {{"stream", key}, {"count", static_cast<uint64_t>(r->elements)}});
+    }
     Deliver(r, key);
     Read();
   });

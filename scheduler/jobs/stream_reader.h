@@ -1,25 +1,34 @@
-// The stream reader: which entries this daemon takes from Redis, and when. Its queues are the
-// intake stream clients write (`<prefix>:q:<queue>`) and one forward queue per template
-// (`<prefix>:fwd:<queue>:<template>`, where daemons move entries they read but could not start
-// soon), all read through the consumer group `workers`.
+// The stream reader: which entries this daemon takes from Redis streams, and when. One reader
+// serves both the job path and sessions, each with its own list of streams, all read through the
+// consumer group `workers`:
+//   jobs      (JobStreams) the intake clients write (`<prefix>:q:<queue>`, blocking) and one
+//             forward queue per template (`<prefix>:fwd:<queue>:<template>`, read when woken),
+//             where daemons move entries they read but could not start soon; dead daemons'
+//             entries are reclaimed.
+//   sessions  (sessions/sessions.h) this daemon's operation stream and the session intake, both
+//             blocking; never reclaimed (a lost host's operations are answered: lost_hosts.h).
 //
 // Order of precedence, every time capacity frees up:
-//  1. this consumer's own pending entries, after every (re)connect (a previous run of this
-//     daemon died with them, or a reply was lost);
-//  2. orphans: entries pending under a daemon that is gone (no connection of its left in CLIENT
-//     LIST) and idle past the lease; looked for on connecting (before anything new is read) and
-//     every heartbeat, but not while Redis itself has been up for less than a lease (a restart
-//     drops every connection at once: every daemon gets that long to come back), and claimed
-//     with XCLAIM's min-idle check (a refreshed lease wins the race);
-//  3. each template's forward queue, as many as that template has ready slots here, when it may
-//     hold something: a daemon announced a forward (OnForwarded, from pub/sub), the last read
-//     of it found entries, or a heartbeat came (pub/sub may lose the announcement); never just
-//     because a slot became ready (that was most of Redis's calls per job);
-//  4. the intake, as many as this daemon can start at once (a busy host leaves jobs to others).
+//  1. this consumer's own pending entries, after every (re)connect of either connection (a
+//     previous run of this daemon died with them, or a reply was lost with a connection), page
+//     by page from the last entry seen; entries the owner holds (being claimed or run here) are
+//     skipped, so they are neither handed over twice nor read forever;
+//  2. orphans (streams that reclaim): entries pending under a daemon that is gone (no connection
+//     of its left in CLIENT LIST) and idle past the lease; looked for on connecting (before
+//     anything new is read) and every heartbeat, but not while Redis itself has been up for less
+//     than a lease (a restart drops every connection at once: every daemon gets that long to
+//     come back), and claimed with XCLAIM's min-idle check (a refreshed lease wins the race);
+//  3. streams read when woken, as many as their capacity, when they may hold something: Wake()
+//     named them (a daemon announced a forward, from pub/sub), the last read found entries, or a
+//     heartbeat came (pub/sub may lose the announcement); never just because capacity freed up
+//     (that was most of Redis's calls per job);
+//  4. the blocking streams that have capacity, in one XREADGROUP on the reader connection, at
+//     most the smallest capacity of each.
 // A daemon that is alive and connected never loses its entries, whatever the pause: only its
 // connections disappearing (it died, or Redis dropped it) lets a peer take them.
 //
-// Ownership: the Daemon owns it; the connections outlive it. Loop thread only.
+// Ownership: the owner (Daemon or Sessions) owns it; the connections outlive it. Loop thread
+// only.
 #pragma once
 
 #include <cstdint>
@@ -39,59 +48,72 @@ namespace sandpool {
 
 class StreamReader {
  public:
+  struct StreamSpec {
+    std::string key;
+    std::function<size_t()> capacity;  // entries this daemon can take from it now
+    bool blocking = true;    // read in the blocking read; else only when woken
+    bool reclaim = true;     // dead daemons' pending entries of it are claimed here
+    std::string wake_name;   // not blocking: the name Wake() takes (a template's)
+  };
   struct Hooks {
-    // How many entries of the intake (any template) / of template t this daemon can take now.
-    std::function<size_t()> intake_capacity;
-    std::function<size_t(uint32_t t)> template_capacity;
-    // Entries read; they are this daemon's now (the caller holds them until finished).
+    // Entries read (StreamEntry::stream says from where); they are the owner's now.
     std::function<void(std::vector<StreamEntry>)> on_entries;
     // Whether an entry is already being handled here (own-pending scans skip those).
     std::function<bool(const std::string& entry)> holds;
+    // Optional: false while the owner may not take entries (not ready yet, draining).
+    std::function<bool()> may_read;
   };
 
-  StreamReader(RedisAsync* reader, RedisAsync* cmd, const Keys& keys, const DaemonConfig& config, Hooks hooks);
+  // `reader` carries the blocking read; everything else goes on `cmd`.
+  StreamReader(RedisAsync* reader, RedisAsync* cmd, const Keys& keys, const DaemonConfig& config,
+               std::vector<StreamSpec> streams, Hooks hooks);
 
-  const std::string& intake() const { return streams_[0].key; }
-  const std::string& forward(uint32_t t) const { return streams_[t + 1].key; }
-  // Every stream read, intake first.
+  // The job path's streams: the intake, then one forward queue per configured template.
+  static std::vector<StreamSpec> JobStreams(const Keys& keys, const DaemonConfig& config,
+                                            std::function<size_t()> intake_capacity,
+                                            std::function<size_t(uint32_t t)> template_capacity);
+
+  // Every stream read, in the order given.
   std::vector<std::string> Streams() const;
 
   void OnReaderConnected();
   void OnReaderDisconnected();
   void OnCommandConnected();
   void OnCommandDisconnected();
-  // Takes whatever capacity allows now (call when a slot becomes ready).
+  // Takes whatever capacity allows now (call when capacity frees up).
   void Read();
-  // Every heartbeat: retries group creation, looks for orphans, reads forward queues.
+  // Every heartbeat: retries group creation, looks for orphans, reads the woken streams.
   void Heartbeat();
-  // A daemon moved an entry to the forward queue of the template named `tmpl` (any, if unknown):
-  // it is read as soon as that template has a ready slot.
-  void OnForwarded(std::string_view tmpl);
+  // The stream(s) named `name` (all streams read when woken, if no stream has that name) may
+  // hold entries: read them as soon as they have capacity.
+  void Wake(std::string_view name);
   // Draining: nothing more is read (a late reply's entries stay pending, unclaimed).
   void Stop();
 
  private:
   struct Stream {
-    std::string key;
-    int tmpl = -1;  // -1: the intake
+    StreamSpec spec;
     bool group_ready = false;
     bool own_scan = true;      // own pending entries still to be read
-    bool in_flight = false;    // a read of this stream is outstanding
-    // Forward queues: reasons to read it (announcements, heartbeats) so far, and how many of
-    // them the last read that found it empty had covered. Equal: nothing to read.
+    std::string scan_from = "0";  // the own scan's place
+    bool in_flight = false;    // a read of this stream on the command connection is outstanding
+    // Woken streams: reasons to read it (wakes, heartbeats) so far, and how many of them the
+    // last read that found it empty had covered. Equal: nothing to read.
     uint64_t wakes = 1, wakes_read = 0;
     std::vector<std::string> orphans;  // pending entries of dead daemons, oldest first
   };
 
-  size_t Capacity(const Stream& s) const;
+  bool Reclaims() const;
+  void RestartScans();
   void CreateGroups();
   void ScanOwn(size_t i);
   void ClaimOrphans(size_t i);
-  void ReadForward(size_t i);
-  void ReadIntake();
+  void ReadWoken(size_t i);
+  void ReadBlocking();
   void FindOrphans();
   void ListPending(std::shared_ptr<std::set<std::string>> alive, std::function<void()> done);
   void TakeOrphanList(size_t i, redisReply* pending, const std::set<std::string>& alive);
+  // Hands over `entries` (an XREADGROUP/XCLAIM entry array) of stream `stream`, skipping held ones.
   void Deliver(redisReply* entries, const std::string& stream);
 
   RedisAsync* reader_;
@@ -101,6 +123,7 @@ class StreamReader {
   Hooks hooks_;
   std::vector<Stream> streams_;
   bool stopped_ = false;
+  bool blocking_in_flight_ = false;
   bool orphan_search_in_flight_ = false;
   bool orphans_checked_ = false;  // the first look for orphans since connecting is done
   int64_t cmd_connected_since_us_ = 0;  // 0: not connected

@@ -29,13 +29,13 @@ bool Sessions::TakeBudget(uint64_t memory) {
 
 void Sessions::OnIntakeEntry(const std::string& entry, const std::map<std::string, std::string>& fields) {
   if (fields.empty()) {  // deleted meanwhile
-    ledger_->Ack(reader_->intake(), entry);
+    ledger_->Ack(intake_, entry);
     return;
   }
   auto req_it = fields.find("req");
   auto decoded = DecodeSessionRequest(req_it == fields.end() ? std::string_view() : req_it->second, config_.limits, limits_);
   if (auto* err = std::get_if<JobError>(&decoded)) {
-    answers_.Entry(reader_->intake(), entry, fields, err->code, err->message);
+    answers_.Entry(intake_, entry, fields, err->code, err->message);
     return;
   }
   const SessionRequest& req = std::get<SessionRequest>(decoded);
@@ -48,19 +48,19 @@ void Sessions::OnIntakeEntry(const std::string& entry, const std::map<std::strin
       res.op = "snapshot_delete";
       if (!s.ok()) res.error = JobError{ErrorCode::kInternal, "snapshot_delete: " + s.message()};
       else res.value = "\x80";
-      ledger_->Answer(id, reader_->intake(), entry, EncodeOpResult(res), EncodeOpExitedEvent(res));
+      ledger_->Answer(id, intake_, entry, EncodeOpResult(res), EncodeOpExitedEvent(res));
     });
     return;
   }
   std::string op(SessionOpOf(req.op).name);
   bool sent = cmd_->Eval(kSessionRouteScript,
-      {"3", reader_->intake(), keys_.Session(req.session), keys_.Sessions(), entry,
+      {"3", intake_, keys_.Session(req.session), keys_.Sessions(), entry,
        std::string(Keys::kGroup), config_.consumer, keys_.SessionIntake(config_.queue) + ":", std::to_string(WallMs()), op,
        req.id, req_it->second, req.session, keys_.HostSessions(""), keys_.SessionHosts()},
       [this, entry, fields, sid = req.session](redisReply* r) {
         std::string verdict = ReplyString(r);
         if (verdict == "none") {
-          answers_.Entry(reader_->intake(), entry, fields, ErrorCode::kSessionNotFound, "no session " + sid);
+          answers_.Entry(intake_, entry, fields, ErrorCode::kSessionNotFound, "no session " + sid);
         } else if (r != nullptr && r->type == REDIS_REPLY_ERROR) {
           LogWarn("routing a session request failed", {{"entry", entry}, {"error", verdict}});
         }
@@ -69,33 +69,30 @@ void Sessions::OnIntakeEntry(const std::string& entry, const std::map<std::strin
 }
 
 void Sessions::OnOwnEntry(const std::string& entry, const std::map<std::string, std::string>& fields) {
-  // Being claimed or served here: the own scan after a reconnect reads it again, and claiming it
-  // again would answer a running operation worker_lost.
-  if (own_entries_.count(entry)) return;
   if (fields.empty()) {
-    ledger_->Ack(reader_->own_stream(), entry);
+    ledger_->Ack(own_stream_, entry);
     return;
   }
   auto req_it = fields.find("req");
   auto decoded = DecodeSessionRequest(req_it == fields.end() ? std::string_view() : req_it->second, config_.limits, limits_);
   if (auto* err = std::get_if<JobError>(&decoded)) {
-    answers_.Entry(reader_->own_stream(), entry, fields, err->code, err->message);
+    answers_.Entry(own_stream_, entry, fields, err->code, err->message);
     return;
   }
   Op op;
-  op.stream = reader_->own_stream();
+  op.stream = own_stream_;
   op.entry = entry;
   op.req = std::move(std::get<SessionRequest>(decoded));
   op.received_us = MonotonicUs();
   auto id_it = fields.find("id");
   if (id_it == fields.end() || id_it->second != op.req.id) {
-    answers_.Entry(reader_->own_stream(), entry, fields, ErrorCode::kBadField, "id: the entry's id field and the request's differ");
+    answers_.Entry(own_stream_, entry, fields, ErrorCode::kBadField, "id: the entry's id field and the request's differ");
     return;
   }
   ++ops_in_flight_;
   own_entries_.insert(entry);
   auto shared = std::make_shared<Op>(std::move(op));
-  bool sent = ledger_->Claim(shared->req.id, reader_->own_stream(), entry, 1, [this, shared](JobLedger::Verdict v, uint32_t attempt) {
+  bool sent = ledger_->Claim(shared->req.id, own_stream_, entry, 1, [this, shared](JobLedger::Verdict v, uint32_t attempt) {
     shared->attempt = attempt;
     if (v == JobLedger::Verdict::kRun) {
       Serve(std::move(*shared));

@@ -46,15 +46,31 @@ Sessions::Sessions(struct event_base* base, const DaemonConfig& config, const Ke
   limits_.min_disk_bytes = std::min<uint64_t>(64ull << 20, limits_.max_disk_bytes);
   snapshots_ = std::make_unique<Snapshots>(config_, keys_, cmd_);
   lost_hosts_ = std::make_unique<LostHosts>(cmd_, keys_, config_, limits_, ledger_, &registry_, &answers_);
-  reader_ = std::make_unique<SessionOpReader>(
-      base_, config_, keys_,
-      SessionOpReader::Hooks{[this] { return reconciled_ && !draining_; }, [this] { return HasRoom(); },
-                             [this](const std::string& entry, const SessionOpReader::Fields& fields) {
-                               OnIntakeEntry(entry, fields);
-                             },
-                             [this](const std::string& entry, const SessionOpReader::Fields& fields) {
-                               OnOwnEntry(entry, fields);
-                             }});
+  own_stream_ = keys_.SessionStream(config_.queue, config_.consumer);
+  intake_ = keys_.SessionIntake(config_.queue);
+  reader_conn_ = std::make_unique<RedisAsync>(
+      base_, config_.redis, "sessions",
+      RedisAsync::Hooks{[this] { reader_->OnReaderConnected(); }, [this] { reader_->OnReaderDisconnected(); }},
+      keys_.ClientName(config_.consumer, "sessions"));
+  // Both streams block on the sessions connection; neither is reclaimed (a lost host's
+  // operations are answered by lost_hosts.h, never run elsewhere).
+  std::vector<StreamReader::StreamSpec> streams = {
+      {own_stream_, [] { return kReadBatch; }, true, false, ""},
+      {intake_, [this] { return HasRoom() ? kReadBatch : 0; }, true, false, ""}};
+  StreamReader::Hooks reading;
+  reading.on_entries = [this](std::vector<StreamEntry> entries) {
+    static const std::map<std::string, std::string> kDeleted;
+    for (StreamEntry& e : entries) {
+      const auto& fields = e.deleted ? kDeleted : e.fields;
+      if (e.stream == intake_) OnIntakeEntry(e.id, fields);
+      else OnOwnEntry(e.id, fields);
+    }
+  };
+  // Being claimed or served here: claiming it again would answer a running operation worker_lost.
+  reading.holds = [this](const std::string& entry) { return own_entries_.count(entry) > 0; };
+  reading.may_read = [this] { return reconciled_ && !draining_; };
+  reader_ = std::make_unique<StreamReader>(reader_conn_.get(), cmd_, keys_, config_, std::move(streams),
+                                           std::move(reading));
   spares_ = std::make_unique<SessionSpares>(
       config_, limits_, pools_, store_,
       SessionSpares::Hooks{[this](std::shared_ptr<std::string> owner, uint32_t t, const SessionMeta& m,
@@ -77,7 +93,7 @@ Sessions::~Sessions() {
 }
 
 void Sessions::Close() {
-  reader_->Close();
+  reader_conn_->Close();
   spares_->Close();
   for (auto& [sid, e] : sessions_) {
     if (e.session) Collect(std::move(e.session));
@@ -85,6 +101,8 @@ void Sessions::Close() {
 }
 
 // ---- Start, files (session_store.h) ---------------------------------------------------------------
+
+void Sessions::OnCommandDisconnected() { reader_->OnCommandDisconnected(); }
 
 Status Sessions::Start() {
   if (Status s = store_.Init(); !s.ok()) return s;
@@ -96,7 +114,7 @@ Status Sessions::Start() {
     e.last_used_ms = m.created_ms;
     e.meta = std::move(m);
   }
-  reader_->Connect();
+  reader_conn_->Connect();
   return Status::Ok();
 }
 
@@ -153,6 +171,7 @@ void Sessions::SetState(Entry& e, State s, std::string error) {
 }
 
 void Sessions::OnCommandConnected() {
+  reader_->OnCommandConnected();
   // Records are this host's to keep true: written again on every connect (Redis may have
   // restarted empty, or peers may have marked them lost while we could not reach it).
   if (!reconciled_) {
@@ -600,7 +619,7 @@ void Sessions::Heartbeat() {
   for (auto& [sid, e] : sessions_) {
     if (e.record_dirty) WriteRecord(e);
   }
-  reader_->Read();
+  reader_->Heartbeat();
   lost_hosts_->Heartbeat();
 }
 

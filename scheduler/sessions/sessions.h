@@ -1,6 +1,6 @@
 // The sessions this daemon holds (PROTOCOL.md sections 12-19): their life cycle, and the
 // routing of each operation to its Session. The pieces, each a module of this folder:
-//   op_reader          reads the operation streams (below)
+//   jobs/stream_reader reads the operation streams (below), as it reads the job path's
 //   op_dispatch.cc     routes, claims and serves each operation (this class)
 //   op_answers         answers an operation or an unclaimed entry, in its op's form
 //   session_registry   the records in Redis (one script per change)
@@ -58,10 +58,10 @@
 #include "scheduler/config/config.h"
 #include "scheduler/jobs/job_ledger.h"
 #include "scheduler/jobs/pools.h"
+#include "scheduler/jobs/stream_reader.h"
 #include "scheduler/redis/redis_async.h"
 #include "scheduler/sessions/lost_hosts.h"
 #include "scheduler/sessions/op_answers.h"
-#include "scheduler/sessions/op_reader.h"
 #include "scheduler/sessions/session.h"
 #include "scheduler/sessions/session_registry.h"
 #include "scheduler/sessions/session_store.h"
@@ -87,7 +87,9 @@ class Sessions {
   void SetNetwork(Network* network);
   // Finds the sessions on this host's disk (all stopped now) and connects the reader.
   Status Start();
+  // The daemon's command connection came (back) or went.
   void OnCommandConnected();
+  void OnCommandDisconnected();
   // Every heartbeat: idle and lifetime stops, records, lost hosts, expired creates.
   void Heartbeat();
   // A cancel for an op id (a running exec or code, or an output wait). False if not here.
@@ -197,7 +199,10 @@ class Sessions {
   SessionRegistry registry_;
   OpAnswers answers_;
   std::unique_ptr<LostHosts> lost_hosts_;
-  std::unique_ptr<SessionOpReader> reader_;
+  static constexpr size_t kReadBatch = 16;
+  std::string own_stream_, intake_;
+  std::unique_ptr<RedisAsync> reader_conn_;  // the session streams' blocking reads
+  std::unique_ptr<StreamReader> reader_;
   std::unique_ptr<SessionSpares> spares_;
   std::unique_ptr<Snapshots> snapshots_;
 
