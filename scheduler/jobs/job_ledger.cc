@@ -59,9 +59,7 @@ void JobLedger::ScheduleFlush() {
 }
 
 void JobLedger::OnFlush(evutil_socket_t, short, void* arg) {
-  auto* self = static_cast<JobLedger*>(arg);
-  self->FlushClaims();
-  self->FlushFinishes();
+  static_cast<JobLedger*>(arg)->Flush();
 }
 
 void JobLedger::FlushClaims() {

@@ -112,7 +112,14 @@ class JobLedger {
   void RefreshLeases(std::function<void(const std::string& entry)> lost);
   // Results waiting for Redis go out (on reconnect and every heartbeat).
   void FlushPending();
-  size_t pending_results() const { return pending_.size(); }
+  // Sends the claims and results gathered this turn now instead of at its end (before the
+  // daemon decides whether it may leave).
+  void Flush() {
+    FlushClaims();
+    FlushFinishes();
+  }
+  // Results not handed to Redis yet: waiting for it, or gathered this turn.
+  size_t pending_results() const { return pending_.size() + finishes_.size(); }
 
  private:
   struct PendingFinish {
