@@ -35,22 +35,10 @@ struct ClaimArgs {
 
 class BatchScripts : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    server_ = new TestRedisServer();
-    if (!server_->Start()) {
-      delete server_;
-      server_ = nullptr;
-    }
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   void SetUp() override {
-    if (server_ == nullptr) GTEST_SKIP() << "redis-server not available";
-    redis_ = MustConnect(server_->UnixUrl());
+    if (!server_.Start()) GTEST_SKIP() << "redis-server not available";
+    redis_ = MustConnect(server_.UnixUrl());
     ASSERT_NE(redis_, nullptr);
-    Must({"FLUSHALL"});
   }
 
   ReplyPtr Must(const std::vector<std::string>& args) {
@@ -130,11 +118,9 @@ class BatchScripts : public ::testing::Test {
     return out;
   }
 
-  static TestRedisServer* server_;
+  TestRedisServer server_;
   std::unique_ptr<SyncRedis> redis_;
 };
-
-TestRedisServer* BatchScripts::server_ = nullptr;
 
 TEST_F(BatchScripts, ClaimBatchGivesTheVerdictsAndStateOfOneCallPerEntry) {
   Seed("one");
@@ -279,7 +265,7 @@ TEST_F(FinishBatch, FinishBatchGivesTheVerdictsAndStateOfOneCallPerEntry) {
 // Events go to the channels someone listens to, all of them when a pattern subscriber exists, and
 // none otherwise (a client that subscribed before submitting still gets every event).
 TEST_F(FinishBatch, PublishesOnlyWhereSomeoneListens) {
-  auto listener = MustConnect(server_->UnixUrl());
+  auto listener = MustConnect(server_.UnixUrl());
   ASSERT_NE(listener, nullptr);
   ASSERT_TRUE(listener->Append({"SUBSCRIBE", "s:out:a"}).ok());
   auto sub = listener->ReadReply(5000);
@@ -302,7 +288,7 @@ TEST_F(FinishBatch, PublishesOnlyWhereSomeoneListens) {
   EXPECT_NE(text.find("cmdstat_publish:calls=3,"), std::string::npos) << text;
 
   // A pattern subscriber: every channel is published (PSUBSCRIBE may cover any of them).
-  auto patterned = MustConnect(server_->UnixUrl());
+  auto patterned = MustConnect(server_.UnixUrl());
   ASSERT_NE(patterned, nullptr);
   ASSERT_TRUE(patterned->Append({"PSUBSCRIBE", "p:out:*"}).ok());
   ASSERT_TRUE(patterned->ReadReply(5000).ok());
