@@ -4,8 +4,8 @@
 
 The client and Redis side is what is measured, so the daemon is replaced by a stand-in
 (`standin` below) that does to Redis exactly what sandpoold does per job: the real CLAIM and
-FINISH scripts of scheduler/redis/scripts.cc (dumped by bench/batch.sh), pipelined, with a result map
-of the size a `true` job has, and no sandbox. Its own CPU is reported apart. A last, smaller run
+FINISH scripts of scheduler/redis/scripts.cc (dumped by bench/batch.sh), batched as JobLedger
+batches them and pipelined, with a result map of the size a `true` job has, and no sandbox. Its own CPU is reported apart. A last, smaller run
 goes through the real daemon (with sandboxes) for the end-to-end rate on this machine.
 
     bash bench/batch.sh        (builds, dumps the scripts, runs this, writes RESULTS-batch.md)
@@ -50,12 +50,15 @@ def cpu_self() -> float:
 
 
 def standin(sock: str, scripts: Path, stop_after: int) -> None:
-    """Reads the queue like a daemon (XREADGROUP), runs CLAIM then FINISH per entry, pipelined by
-    batch; exits after `stop_after` jobs (0: never) or on SIGTERM. Prints its CPU at the end."""
+    """Reads the queue like a daemon (XREADGROUP) and claims and finishes what it read the way
+    JobLedger batches them: one CLAIM call per 128 entries (kMaxBatch), then one FINISH call per 128
+    results, each result with the `started` event the daemon holds back for it; the calls of one
+    read are pipelined. Exits after `stop_after` jobs (0: never) or on SIGTERM. Prints its CPU at
+    the end."""
     r = redis.Redis(unix_socket_path=sock)
     claim = r.script_load((scripts / "claim.lua").read_text())
     finish = r.script_load((scripts / "finish.lua").read_text())
-    q, group, consumer = "sandpool:q:default", "workers", "standin"
+    q, group, consumer, batch = "sandpool:q:default", "workers", "standin", 128
     try:
         r.xgroup_create(q, group, id="0", mkstream=True)
     except redis.ResponseError:
@@ -69,30 +72,40 @@ def standin(sock: str, scripts: Path, stop_after: int) -> None:
                 continue
             entries = got[0][1]
             now = str(int(time.time() * 1000))
-            pipe = r.pipeline(transaction=False)
             jobs = []
             for eid, f in entries:
-                jid = f[b"id"].decode()
                 target = ""
                 if b"notify" in f:
                     target = f[b"notify"].decode() + ("!" if f.get(b"notify_result") == b"1" else "")
-                jobs.append((eid, jid))
-                pipe.evalsha(claim, 2, f"sandpool:job:{jid}", f"sandpool:result:{jid}", eid, consumer, now,
-                             "86400", "1", "0", target, "sandpool", jid)
-            pipe.execute()
+                jobs.append((eid, f[b"id"].decode(), target))
             pipe = r.pipeline(transaction=False)
-            for eid, jid in jobs:
-                result = {"v": 1, "id": jid, "outcome": "exit", "exit_code": 0, "signal": None,
-                          "timed_out": False, "killed": False, "stdout": b"", "stderr": b"",
-                          "stdout_truncated": False, "stderr_truncated": False, "stdout_dropped_bytes": 0,
-                          "stderr_dropped_bytes": 0, "exec_time_us": 900, "cpu_time_us": 400,
-                          "peak_memory_bytes": 300000, "queue_wait_us": 0, "worker": consumer, "attempt": 1,
-                          "error": None}
-                res = msgpack.packb(result, use_bin_type=True)
-                ev = msgpack.packb({"v": 1, "type": "exited", "seq": 0, "result": result}, use_bin_type=True)
-                pipe.evalsha(finish, 4, f"sandpool:job:{jid}", f"sandpool:result:{jid}", q, f"sandpool:out:{jid}",
-                             eid, consumer, "1", res, "86400", ev, group, "sandpool", jid, "exit", "0", "", "0")
-            pipe.execute()
+            for i in range(0, len(jobs), batch):
+                part = jobs[i:i + batch]
+                keys = [k for _, jid, _ in part for k in (f"sandpool:job:{jid}", f"sandpool:result:{jid}")]
+                args = [consumer, now, "86400", "sandpool"]
+                for eid, jid, target in part:
+                    args += [eid, "1", "0", target, jid]
+                pipe.evalsha(claim, len(keys), *keys, *args)
+            for verdicts in pipe.execute():
+                assert all(v in (b"run", b"done", b"dup") for v in verdicts[::2]), verdicts[:4]
+            pipe = r.pipeline(transaction=False)
+            for i in range(0, len(jobs), batch):
+                keys, args = [], [consumer, "86400", group, "sandpool"]
+                for eid, jid, _ in jobs[i:i + batch]:
+                    result = {"v": 1, "id": jid, "outcome": "exit", "exit_code": 0, "signal": None,
+                              "timed_out": False, "killed": False, "stdout": b"", "stderr": b"",
+                              "stdout_truncated": False, "stderr_truncated": False, "stdout_dropped_bytes": 0,
+                              "stderr_dropped_bytes": 0, "exec_time_us": 900, "cpu_time_us": 400,
+                              "peak_memory_bytes": 300000, "queue_wait_us": 0, "worker": consumer, "attempt": 1,
+                              "error": None}
+                    res = msgpack.packb(result, use_bin_type=True)
+                    ev = msgpack.packb({"v": 1, "type": "exited", "seq": 1, "result": result}, use_bin_type=True)
+                    started = msgpack.packb({"v": 1, "type": "started", "seq": 0, "worker": consumer, "attempt": 1})
+                    keys += [f"sandpool:job:{jid}", f"sandpool:result:{jid}", q, f"sandpool:out:{jid}"]
+                    args += [eid, "1", res, ev, jid, "exit", "0", "", "1", started]
+                pipe.evalsha(finish, len(keys), *keys, *args)
+            for verdicts in pipe.execute():
+                assert all(v == b"ok" for v in verdicts), verdicts[:4]
             done += len(entries)
     except KeyboardInterrupt:
         pass

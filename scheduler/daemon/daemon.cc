@@ -574,6 +574,7 @@ void Daemon::MaybeExit() {
   if (!draining_) return;
   if (!running_.empty() || (pools_ && pools_->AnyBusy())) return;
   if (sessions_ && !sessions_->Idle()) return;
+  ledger_->Flush();  // the last results go out now, or wait for Redis in pending_results()
   if (ledger_->pending_results() > 0 && cmd_->connected()) return;  // still being written
   if (ledger_->pending_results() > 0) {
     LogWarn("leaving with results not stored (Redis unreachable); their entries stay pending",

@@ -1,5 +1,8 @@
 #include "scheduler/jobs/job_ledger.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <iterator>
 #include <memory>
 
 #include "common/clock.h"
@@ -27,35 +30,88 @@ NotifySummary NotifySummary::Of(const JobResult& r) {
 
 JobLedger::JobLedger(struct event_base* base, RedisAsync* cmd, const Keys& keys, const DaemonConfig& config,
                      Metrics* metrics)
-    : cmd_(cmd), hold_timer_(evtimer_new(base, &JobLedger::OnHoldTimer, this)), keys_(keys), config_(config),
+    : cmd_(cmd), hold_timer_(evtimer_new(base, &JobLedger::OnHoldTimer, this)),
+      flush_event_(event_new(base, -1, 0, &JobLedger::OnFlush, this)), keys_(keys), config_(config),
       metrics_(metrics) {}
 
-JobLedger::~JobLedger() { event_free(hold_timer_); }
+JobLedger::~JobLedger() {
+  event_free(flush_event_);
+  event_free(hold_timer_);
+}
 
 bool JobLedger::Claim(const std::string& job_id, const std::string& stream, const std::string& entry,
                       uint32_t max_attempts, std::function<void(Verdict, uint32_t)> done) {
   (void)stream;
+  if (!cmd_->connected()) return false;
   bool retry_own = unsure_claims_.erase(entry) > 0;
   auto held = held_.find(entry);
   std::string notify = held != held_.end() ? held->second.notify : "";
-  return cmd_->Eval(kClaimScript,
-      {"2", keys_.Job(job_id), keys_.Result(job_id), entry, config_.consumer,
-       std::to_string(WallMs()), std::to_string(config_.result_ttl_s), std::to_string(max_attempts),
-       retry_own ? "1" : "0", notify, keys_.prefix(), job_id},
-      [this, done = std::move(done), entry, job_id](redisReply* r) {
-        if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-          if (r != nullptr) LogWarn("claim failed", {{"job", job_id}, {"error", ReplyString(r)}});
-          unsure_claims_.insert(entry);
-          done(Verdict::kUnknown, 0);
-          return;
-        }
-        std::string verdict = ReplyString(r->element[0]);
-        auto attempt = static_cast<uint32_t>(std::strtoul(ReplyString(r->element[1]).c_str(), nullptr, 10));
-        if (verdict == "run") done(Verdict::kRun, attempt);
-        else if (verdict == "cancelled") done(Verdict::kCancelled, attempt);
-        else if (verdict == "lost") done(Verdict::kLost, attempt);
-        else done(Verdict::kDrop, attempt);  // "dup", "done"
-      });
+  claims_.push_back(PendingClaim{job_id, entry, std::move(notify), max_attempts, retry_own, std::move(done)});
+  ScheduleFlush();
+  return true;
+}
+
+// Active events run after the callbacks already due in this turn of the loop (libevent runs its
+// active queue in order), so one XREADGROUP reply's entries, or the exits seen in one turn, end
+// up in one batch without waiting for a timer.
+void JobLedger::ScheduleFlush() {
+  event_active(flush_event_, EV_TIMEOUT, 1);  // once: an active event is not queued again
+}
+
+void JobLedger::OnFlush(evutil_socket_t, short, void* arg) {
+  static_cast<JobLedger*>(arg)->Flush();
+}
+
+void JobLedger::FlushClaims() {
+  std::vector<PendingClaim> gathered;
+  gathered.swap(claims_);
+  for (size_t i = 0; i < gathered.size(); i += kMaxBatch) {
+    size_t end = std::min(gathered.size(), i + kMaxBatch);
+    SendClaims(std::vector<PendingClaim>(std::make_move_iterator(gathered.begin() + static_cast<long>(i)),
+                                         std::make_move_iterator(gathered.begin() + static_cast<long>(end))));
+  }
+}
+
+void JobLedger::SendClaims(std::vector<PendingClaim> batch) {
+  std::vector<std::string> args = {std::to_string(2 * batch.size())};
+  args.reserve(1 + 2 * batch.size() + 4 + 5 * batch.size());
+  for (const PendingClaim& c : batch) {
+    args.push_back(keys_.Job(c.job_id));
+    args.push_back(keys_.Result(c.job_id));
+  }
+  args.insert(args.end(), {config_.consumer, std::to_string(WallMs()), std::to_string(config_.result_ttl_s),
+                           keys_.prefix()});
+  for (const PendingClaim& c : batch) {
+    args.insert(args.end(), {c.entry, std::to_string(c.max_attempts), c.retry_own ? "1" : "0", c.notify, c.job_id});
+  }
+  auto shared = std::make_shared<std::vector<PendingClaim>>(std::move(batch));
+  bool sent = cmd_->Eval(kClaimScript, std::move(args), [this, shared](redisReply* r) {
+    bool whole = r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 2 * shared->size();
+    if (r != nullptr && !whole) {
+      LogWarn("claim failed", {{"jobs", static_cast<uint64_t>(shared->size())}, {"error", ReplyString(r)}});
+    }
+    for (size_t i = 0; i < shared->size(); ++i) {
+      PendingClaim& c = (*shared)[i];
+      std::string verdict = whole ? ReplyString(r->element[2 * i]) : "";
+      if (verdict.empty() || verdict == "error") {
+        if (verdict == "error") LogWarn("claim failed", {{"job", c.job_id}, {"error", ReplyString(r->element[2 * i + 1])}});
+        // Whether it happened is unknown: claimed again as the same attempt.
+        unsure_claims_.insert(c.entry);
+        c.done(Verdict::kUnknown, 0);
+        continue;
+      }
+      auto attempt = static_cast<uint32_t>(std::strtoul(ReplyString(r->element[2 * i + 1]).c_str(), nullptr, 10));
+      if (verdict == "run") c.done(Verdict::kRun, attempt);
+      else if (verdict == "cancelled") c.done(Verdict::kCancelled, attempt);
+      else if (verdict == "lost") c.done(Verdict::kLost, attempt);
+      else c.done(Verdict::kDrop, attempt);  // "dup", "done"
+    }
+  });
+  if (!sent) {
+    // Never reached Redis (the connection went since Claim): as if Claim had returned false,
+    // except that the caller hears it through `done`; the entry stays pending.
+    for (PendingClaim& c : *shared) c.done(Verdict::kUnknown, 0);
+  }
 }
 
 void JobLedger::Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq,
@@ -84,33 +140,74 @@ void JobLedger::FinishEncoded(const std::string& id, uint32_t attempt, std::stri
 }
 
 void JobLedger::SendFinish(PendingFinish f) {
-  std::vector<std::string> args = {"4", keys_.Job(f.job_id), keys_.Result(f.job_id), f.stream,
-                                   keys_.Out(f.job_id), f.entry, config_.consumer, f.attempt, f.result,
-                                   std::to_string(config_.result_ttl_s), f.event, std::string(Keys::kGroup),
-                                   keys_.prefix(), f.job_id, f.summary.outcome, f.summary.exit_code,
-                                   f.summary.error, std::to_string(f.live.size())};
-  args.insert(args.end(), f.live.begin(), f.live.end());
-  // Sent again after a lost connection: live events are at most once, so they do not wait.
-  f.live.clear();
-  auto shared = std::make_shared<PendingFinish>(std::move(f));
+  finishes_.push_back(std::move(f));
+  ScheduleFlush();
+}
+
+void JobLedger::FlushFinishes() {
+  std::vector<PendingFinish> gathered;
+  gathered.swap(finishes_);
+  std::vector<PendingFinish> batch;
+  size_t bytes = 0;
+  for (PendingFinish& f : gathered) {
+    size_t size = f.result.size() + f.event.size();
+    for (const std::string& e : f.live) size += e.size();
+    if (!batch.empty() && (batch.size() == kMaxBatch || bytes + size > kMaxBatchBytes)) {
+      SendFinishes(std::move(batch));
+      batch.clear();
+      bytes = 0;
+    }
+    bytes += size;
+    batch.push_back(std::move(f));
+  }
+  if (!batch.empty()) SendFinishes(std::move(batch));
+}
+
+void JobLedger::SendFinishes(std::vector<PendingFinish> batch) {
+  std::vector<std::string> args = {std::to_string(4 * batch.size())};
+  for (const PendingFinish& f : batch) {
+    args.insert(args.end(), {keys_.Job(f.job_id), keys_.Result(f.job_id), f.stream, keys_.Out(f.job_id)});
+  }
+  args.insert(args.end(), {config_.consumer, std::to_string(config_.result_ttl_s), std::string(Keys::kGroup),
+                           keys_.prefix()});
+  for (PendingFinish& f : batch) {
+    args.insert(args.end(), {f.entry, f.attempt, f.result, f.event, f.job_id, f.summary.outcome, f.summary.exit_code,
+                             f.summary.error, std::to_string(f.live.size())});
+    args.insert(args.end(), std::make_move_iterator(f.live.begin()), std::make_move_iterator(f.live.end()));
+    // Sent again after a lost connection: live events are at most once, so they do not wait.
+    f.live.clear();
+  }
+  auto shared = std::make_shared<std::vector<PendingFinish>>(std::move(batch));
   bool sent = cmd_->Eval(kFinishScript, std::move(args), [this, shared](redisReply* r) {
     if (r == nullptr) {
       // Lost with the connection: unknown whether it ran; running it again is harmless
       // (the script is idempotent for the same consumer and attempt).
-      pending_.push_back(std::move(*shared));
+      for (PendingFinish& f : *shared) pending_.push_back(std::move(f));
       return;
     }
-    std::string verdict = ReplyString(r);
-    if (r->type == REDIS_REPLY_ERROR) {
-      LogError("storing a result failed", {{"job", shared->job_id}, {"error", verdict}});
-      pending_.push_back(std::move(*shared));
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != shared->size()) {
+      LogError("storing results failed", {{"jobs", static_cast<uint64_t>(shared->size())}, {"error", ReplyString(r)}});
+      for (PendingFinish& f : *shared) pending_.push_back(std::move(f));
       return;
     }
-    if (verdict == "dup") Ack(shared->stream, shared->entry);
-    if (verdict == "fenced") LogWarn("result discarded: another daemon took the job over", {{"job", shared->job_id}});
-    held_.erase(shared->entry);
+    for (size_t i = 0; i < shared->size(); ++i) TakeFinishVerdict((*shared)[i], r->element[i]);
   });
-  if (!sent) pending_.push_back(std::move(*shared));
+  if (!sent) {
+    for (PendingFinish& f : *shared) pending_.push_back(std::move(f));
+  }
+}
+
+void JobLedger::TakeFinishVerdict(PendingFinish& f, const redisReply* reply) {
+  std::string verdict = ReplyString(reply);
+  if (verdict == "ok" || verdict == "dup" || verdict == "fenced") {
+    if (verdict == "dup") Ack(f.stream, f.entry);
+    if (verdict == "fenced") LogWarn("result discarded: another daemon took the job over", {{"job", f.job_id}});
+    held_.erase(f.entry);
+    return;
+  }
+  // This entry failed in Redis (its error, caught by the script): kept, sent again.
+  LogError("storing a result failed", {{"job", f.job_id}, {"error", verdict}});
+  pending_.push_back(std::move(f));
 }
 
 void JobLedger::FlushPending() {
@@ -194,6 +291,9 @@ void JobLedger::PublishNow(const std::string& job_id, std::string event) {
 }
 
 void JobLedger::CancelQueued(const std::string& job_id) {
+  // Claims gathered this turn go first, as they did when each was sent at once (a claim then
+  // finds the job running, or the cancelled result stored).
+  FlushClaims();
   JobResult r;
   r.id = job_id;
   r.outcome = Outcome::kCancelled;

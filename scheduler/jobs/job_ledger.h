@@ -10,9 +10,12 @@
 //  - the leases of held entries are renewed every heartbeat, and only while they are still this
 //    daemon's: RefreshLeases names the ones another daemon took over.
 //
-// Round trips: a job costs Redis a CLAIM and a FINISH, and its live events ride with the FINISH
-// when it ends within kEventHoldMs of them (Publish), which short jobs do: per call, not per
-// byte, is what Redis spends its CPU on.
+// Round trips: claims and results are batched. The claims made in one turn of the event loop (an
+// XREADGROUP reply's entries) go out at its end as one CLAIM script call, the results stored in
+// one turn as one FINISH call (at most kMaxBatch entries or about kMaxBatchBytes each), and a
+// job's live events ride with its FINISH when it ends within kEventHoldMs of them (Publish),
+// which short jobs do: per call, not per byte, is what Redis spends its CPU on. Each entry of a
+// batch keeps its own verdict and its own failure handling (a lost reply, an error).
 //
 // Ownership: the Daemon owns it; `base` and `cmd` outlive it. Loop thread only.
 #pragma once
@@ -53,6 +56,10 @@ class JobLedger {
   // How long a job's live events may wait for its FINISH to carry them (PROTOCOL.md section 6:
   // live output may lag this much; a job that runs longer gets them published on their own).
   static constexpr int kEventHoldMs = 2;
+  // One script call carries at most this many entries (a script blocks Redis while it runs),
+  // and stops taking results past about this many bytes of them.
+  static constexpr size_t kMaxBatch = 128;
+  static constexpr size_t kMaxBatchBytes = 1 << 20;
 
   // Entries this daemon holds (read and not yet finished): their leases are renewed. `notify`:
   // the entry's notify target (intake.h NotifyTargetOf), which its claim records.
@@ -63,12 +70,15 @@ class JobLedger {
   bool Holds(const std::string& entry) const { return held_.count(entry) > 0; }
   size_t held() const { return held_.size(); }
 
-  // The CLAIM script. `done` runs with kUnknown when the reply was lost (whether the claim
-  // happened is unknown: the entry is left pending for the own-pending scan, which claims it
-  // again as the same attempt). Returns false when it could not be sent.
+  // The CLAIM script, sent at the end of this loop turn with the other claims of the turn. `done`
+  // runs once, with kUnknown when the reply was lost (whether the claim happened is unknown: the
+  // entry is left pending for the own-pending scan, which claims it again as the same attempt)
+  // or the batch could not be sent after all. Returns false (and `done` never runs) when Redis
+  // is not connected.
   bool Claim(const std::string& job_id, const std::string& stream, const std::string& entry, uint32_t max_attempts,
              std::function<void(Verdict, uint32_t attempt)> done);
-  // Stores `result` (FINISH), now or as soon as Redis can take it. seq: the exited event's.
+  // Stores `result` (FINISH, at the end of this loop turn with the turn's other results), or as
+  // soon as Redis can take it. seq: the exited event's.
   // `template_name`: the job's template, for the outcome counter (Metrics folds names it does
   // not know, snapshots among them).
   void Finish(JobResult result, const std::string& stream, const std::string& entry, uint64_t seq,
@@ -102,7 +112,14 @@ class JobLedger {
   void RefreshLeases(std::function<void(const std::string& entry)> lost);
   // Results waiting for Redis go out (on reconnect and every heartbeat).
   void FlushPending();
-  size_t pending_results() const { return pending_.size(); }
+  // Sends the claims and results gathered this turn now instead of at its end (before the
+  // daemon decides whether it may leave).
+  void Flush() {
+    FlushClaims();
+    FlushFinishes();
+  }
+  // Results not handed to Redis yet: waiting for it, or gathered this turn.
+  size_t pending_results() const { return pending_.size() + finishes_.size(); }
 
  private:
   struct PendingFinish {
@@ -110,13 +127,30 @@ class JobLedger {
     NotifySummary summary;
     std::vector<std::string> live;  // live events held back for this FINISH to publish first
   };
+  struct PendingClaim {
+    std::string job_id, entry, notify;
+    uint32_t max_attempts;
+    bool retry_own;
+    std::function<void(Verdict, uint32_t)> done;
+  };
   void SendFinish(PendingFinish f);
+  // The claims and results gathered this turn go out (OnFlush: end of the loop turn).
+  static void OnFlush(evutil_socket_t, short, void* arg);
+  void ScheduleFlush();
+  void FlushClaims();
+  void FlushFinishes();
+  void SendClaims(std::vector<PendingClaim> batch);
+  void SendFinishes(std::vector<PendingFinish> batch);
+  void TakeFinishVerdict(PendingFinish& f, const redisReply* verdict);
   static void OnHoldTimer(evutil_socket_t, short, void* arg);
   void FlushHeld();
   void PublishNow(const std::string& job_id, std::string event);
 
   RedisAsync* cmd_;
   struct event* hold_timer_;
+  struct event* flush_event_;  // activated when something is gathered: runs at the turn's end
+  std::vector<PendingClaim> claims_;      // gathered this turn
+  std::vector<PendingFinish> finishes_;  // gathered this turn
   std::map<std::string, std::vector<std::string>> held_events_;  // job id -> its events, in order
   const Keys& keys_;
   const DaemonConfig& config_;

@@ -90,6 +90,7 @@ namespace sandpool {
   "end\n" \
   "-- known: {outcome, exit_code, error} when the caller has them (a result it stores now), else nil:\n" \
   "-- they are read from the stored result.\n" \
+  "local sp_notified = {}\n" \
   "local function sp_notify(prefix, target, id, res, ttl, known)\n" \
   "  if target == '' or not res then return end\n" \
   "  local name, want = target, false\n" \
@@ -104,7 +105,16 @@ namespace sandpool {
   "  end\n" \
   "  local key = prefix .. ':notify:' .. name\n" \
   "  redis.call('XADD', key, '*', unpack(f))\n" \
-  "  redis.call('EXPIRE', key, ttl)\n" \
+  "  sp_notified[key] = true\n" \
+  "end\n" \
+  "-- Every stream a record went to gets its TTL once, when the script ends.\n" \
+  "local function sp_expire_notified(ttl)\n" \
+  "  for key in pairs(sp_notified) do redis.call('EXPIRE', key, ttl) end\n" \
+  "end\n" \
+  "-- The message of an error caught by pcall (a Redis error reply is a table with `err`).\n" \
+  "local function sp_error(e)\n" \
+  "  if type(e) == 'table' and e.err then return e.err end\n" \
+  "  return 'ERR ' .. tostring(e)\n" \
   "end\n" \
   "local function sp_targets(list)\n" \
   "  local t = {}\n" \
@@ -120,66 +130,116 @@ namespace sandpool {
   "end\n"
 
 const char* const kClaimScript = SANDPOOL_LUA_NOTIFY R"lua(
-if ARGV[7] ~= '' then
-  -- A result exists (a resubmission of a finished job, one cancelled while queued): this entry's
-  -- stream hears of it now.
-  local stored = redis.call('GET', KEYS[2])
-  if stored then
-    sp_notify(ARGV[8], ARGV[7], ARGV[9], stored, ARGV[4])
-    return {'done', '0'}
+local consumer, now_ms, ttl, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local function claim(job, res, entry, max_attempts, retry_own, target, id)
+  if target ~= '' then
+    -- A result exists (a resubmission of a finished job, one cancelled while queued): this
+    -- entry's stream hears of it now.
+    local stored = redis.call('GET', res)
+    if stored then
+      sp_notify(prefix, target, id, stored, ttl)
+      return 'done', 0
+    end
+  elseif redis.call('EXISTS', res) == 1 then
+    return 'done', 0
   end
-elseif redis.call('EXISTS', KEYS[2]) == 1 then
-  return {'done', '0'}
+  local h = redis.call('HMGET', job, 'entry', 'attempt', 'cancel', 'state', 'consumer', 'done_ms', 'cancel_ms', 'notify')
+  if h[4] == 'done' then
+    -- A run whose result expired: the id is free again. Its cancel flag is the old run's, unless
+    -- it was set (with a time) after that run ended.
+    local late_cancel = h[3] == '1' and h[6] and h[7] and tonumber(h[7]) > tonumber(h[6])
+    redis.call('DEL', job)
+    h = {false, false, late_cancel and '1' or false, false, false, false, false, false}
+  end
+  if h[1] and h[1] ~= entry then
+    -- The entry that owns the id notifies this entry's stream too when it ends.
+    if target ~= '' then redis.call('HSET', job, 'notify', sp_add(h[8], target)) end
+    return 'dup', 0
+  end
+  local attempt = tonumber(h[2] or '0')
+  local verdict = 'run'
+  if h[3] == '1' then
+    verdict = 'cancelled'
+  elseif h[4] == 'running' and retry_own == '1' and h[5] == consumer then
+    -- our own claim whose reply was lost: it never started, run it (same attempt)
+  elseif h[4] == 'running' and attempt >= tonumber(max_attempts) then
+    verdict = 'lost'
+  else
+    attempt = attempt + 1
+  end
+  local f = {'state', 'running', 'entry', entry, 'consumer', consumer, 'attempt', attempt, 'claimed_ms', now_ms}
+  local targets = sp_add(h[8], target)
+  if targets ~= '' then f[#f + 1] = 'notify'; f[#f + 1] = targets end
+  if verdict == 'cancelled' then f[#f + 1] = 'cancel'; f[#f + 1] = '1' end
+  redis.call('HSET', job, unpack(f))
+  redis.call('EXPIRE', job, ttl)
+  return verdict, attempt
 end
-local h = redis.call('HMGET', KEYS[1], 'entry', 'attempt', 'cancel', 'state', 'consumer', 'done_ms', 'cancel_ms', 'notify')
-if h[4] == 'done' then
-  -- A run whose result expired: the id is free again. Its cancel flag is the old run's, unless it
-  -- was set (with a time) after that run ended.
-  local late_cancel = h[3] == '1' and h[6] and h[7] and tonumber(h[7]) > tonumber(h[6])
-  redis.call('DEL', KEYS[1])
-  h = {false, false, late_cancel and '1' or false, false, false, false, false, false}
+local out = {}
+for i = 0, #KEYS / 2 - 1 do
+  local a = 5 + 5 * i
+  local ok, verdict, attempt = pcall(claim, KEYS[2 * i + 1], KEYS[2 * i + 2], ARGV[a], ARGV[a + 1], ARGV[a + 2],
+                                     ARGV[a + 3], ARGV[a + 4])
+  if ok then
+    out[#out + 1] = verdict; out[#out + 1] = tostring(attempt)
+  else
+    out[#out + 1] = 'error'; out[#out + 1] = sp_error(verdict)
+  end
 end
-if h[1] and h[1] ~= ARGV[1] then
-  -- The entry that owns the id notifies this entry's stream too when it ends.
-  if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'notify', sp_add(h[8], ARGV[7])) end
-  return {'dup', '0'}
-end
-local attempt = tonumber(h[2] or '0')
-local verdict = 'run'
-if h[3] == '1' then
-  verdict = 'cancelled'
-elseif h[4] == 'running' and ARGV[6] == '1' and h[5] == ARGV[2] then
-  -- our own claim whose reply was lost: it never started, run it (same attempt)
-elseif h[4] == 'running' and attempt >= tonumber(ARGV[5]) then
-  verdict = 'lost'
-else
-  attempt = attempt + 1
-end
-redis.call('HSET', KEYS[1], 'state', 'running', 'entry', ARGV[1], 'consumer', ARGV[2],
-           'attempt', attempt, 'claimed_ms', ARGV[3])
-local targets = sp_add(h[8], ARGV[7])
-if targets ~= '' then redis.call('HSET', KEYS[1], 'notify', targets) end
-if verdict == 'cancelled' then redis.call('HSET', KEYS[1], 'cancel', '1') end
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-return {verdict, tostring(attempt)}
+sp_expire_notified(ttl)
+return out
 )lua";
 
 const char* const kFinishScript = SANDPOOL_LUA_NOW_MS SANDPOOL_LUA_NOTIFY R"lua(
-for i = 14, 13 + tonumber(ARGV[13]) do redis.call('PUBLISH', KEYS[4], ARGV[i]) end
-local h = redis.call('HMGET', KEYS[1], 'consumer', 'attempt', 'entry', 'notify')
-if h[3] and h[3] ~= ARGV[1] then return 'dup' end
-if h[1] and (h[1] ~= ARGV[2] or h[2] ~= ARGV[3]) then return 'fenced' end
-redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[5])
-redis.call('HSET', KEYS[1], 'state', 'done', 'entry', ARGV[1], 'consumer', ARGV[2], 'attempt', ARGV[3],
-           'done_ms', now_ms)
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-redis.call('PUBLISH', KEYS[4], ARGV[6])
-local known = {outcome = ARGV[10], exit_code = tonumber(ARGV[11]), error = ARGV[12] ~= '' and ARGV[12] or nil}
-if not known.outcome or known.outcome == '' then known = nil end
-for _, target in ipairs(sp_targets(h[4])) do sp_notify(ARGV[8], target, ARGV[9], ARGV[4], ARGV[5], known) end
-redis.call('XACK', KEYS[3], ARGV[7], ARGV[1])
-redis.call('XDEL', KEYS[3], ARGV[1])
-return 'ok'
+local consumer, ttl, group, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+-- Who listens: nothing is published on a channel nobody is subscribed to at this moment (no
+-- pattern subscriber at all, and PUBSUB NUMSUB says 0), which is what PUBLISH would deliver too.
+local listened = nil
+if redis.call('PUBSUB', 'NUMPAT') == 0 then
+  local channels = {}
+  for k = 4, #KEYS, 4 do channels[#channels + 1] = KEYS[k] end
+  local n = redis.call('PUBSUB', 'NUMSUB', unpack(channels))
+  listened = {}
+  for k = 1, #n, 2 do if n[k + 1] > 0 then listened[n[k]] = true end end
+end
+local function publish(channel, message)
+  if not listened or listened[channel] then redis.call('PUBLISH', channel, message) end
+end
+local acks, streams = {}, {}
+local function finish(k, a, live)
+  local job, res, stream, out = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  local entry, attempt, result = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  for i = a + 9, a + 8 + live do publish(out, ARGV[i]) end
+  local h = redis.call('HMGET', job, 'consumer', 'attempt', 'entry', 'notify')
+  if h[3] and h[3] ~= entry then return 'dup' end
+  if h[1] and (h[1] ~= consumer or h[2] ~= attempt) then return 'fenced' end
+  redis.call('SET', res, result, 'EX', ttl)
+  redis.call('HSET', job, 'state', 'done', 'entry', entry, 'consumer', consumer, 'attempt', attempt, 'done_ms', now_ms)
+  redis.call('EXPIRE', job, ttl)
+  publish(out, ARGV[a + 3])
+  local known = {outcome = ARGV[a + 5], exit_code = tonumber(ARGV[a + 6]), error = ARGV[a + 7] ~= '' and ARGV[a + 7] or nil}
+  if known.outcome == '' then known = nil end
+  for _, target in ipairs(sp_targets(h[4])) do sp_notify(prefix, target, ARGV[a + 4], result, ttl, known) end
+  if not acks[stream] then acks[stream] = {}; streams[#streams + 1] = stream end
+  local ids = acks[stream]
+  ids[#ids + 1] = entry
+  return 'ok'
+end
+local out = {}
+local a = 5
+for k = 1, #KEYS, 4 do
+  local live = tonumber(ARGV[a + 8])
+  local ok, verdict = pcall(finish, k, a, live)
+  out[#out + 1] = ok and verdict or sp_error(verdict)
+  a = a + 9 + live
+end
+-- One XACK and one XDEL per stream for the whole batch.
+for _, stream in ipairs(streams) do
+  redis.call('XACK', stream, group, unpack(acks[stream]))
+  redis.call('XDEL', stream, unpack(acks[stream]))
+end
+sp_expire_notified(ttl)
+return out
 )lua";
 
 const char* const kRejectScript = SANDPOOL_LUA_NOTIFY R"lua(
@@ -194,6 +254,7 @@ elseif ARGV[7] ~= '' then
 end
 if known and (not known.outcome or known.outcome == '') then known = nil end
 sp_notify(ARGV[6], ARGV[7], ARGV[8], stored, ARGV[3], known)
+sp_expire_notified(ARGV[3])
 redis.call('XACK', KEYS[2], ARGV[5], ARGV[1])
 redis.call('XDEL', KEYS[2], ARGV[1])
 return 'ok'

@@ -4,32 +4,45 @@
 // job hash's fields are documented in PROTOCOL.md section 4.
 //
 // Completion records (PROTOCOL.md section 21). A notify target is "" (none), "<name>" or "<name>!"
-// (the record carries the result); it names the stream <prefix>:notify:<name>. The job hash's
+// (the record carries the result); it names the stream <prefix>:notify:<name>, whose TTL is set
+// once per script, when it ends. The job hash's
 // `notify` field lists the targets of every entry of the id (the owner's and its duplicates'), so
 // the one FINISH tells them all.
 //
-// CLAIM  KEYS: job hash, result key
-//        ARGV: entry id, consumer, now ms, ttl s, max attempts, retry-own-claim ("1" when this
-//              daemon sent a claim for this entry before and lost the reply: it never ran),
-//              the entry's notify target, prefix, job id
-//   -> {verdict, attempt}: "run" (attempt incremented: run it), "dup" (another entry owns this
-//      id: ack and drop), "done" (a result exists: ack and drop), "cancelled" (a client
-//      cancelled it before it started; attempt: the runs it had, 0 if none), "lost" (it was
-//      running under a daemon that died and has no attempts left). For run/cancelled/lost the
-//      job hash now names this consumer, so the FINISH below is accepted. A hash left from a run
-//      whose result expired is forgotten first: the id is free again (and a cancel recorded
-//      after that run ended, with cancel_ms, belongs to the new job). "done" appends a record of
-//      the stored result to the entry's notify stream; "dup" adds the entry's target to the hash.
+// CLAIM and FINISH take a batch: N entries in one call (JobLedger sends what one loop turn
+// gathered), with the same effect as N calls of one entry each, in that order. Each entry runs
+// under pcall: one that fails (a key of the wrong type...) gets an error verdict of its own
+// (Redis's message) and the others go on. (A failure leaves what that entry had written, as a
+// failing script of one entry did: both are idempotent when sent again.)
 //
-// FINISH KEYS: job hash, result key, queue stream, out channel
-//        ARGV: entry id, consumer, attempt, result bytes, ttl s, exited-event bytes, group,
-//              prefix, job id, and the result's outcome, exit code ("" for nil) and error code
-//              ("" for none) for the completion records (an empty outcome: read from the bytes),
-//              n, then n live events held back (JobLedger::Publish), published first, in order
-//   -> "ok" (stored, published, a record appended to each of the hash's notify targets, acked,
-//      deleted), "fenced" (another daemon took the job over
-//      because this one was presumed dead: nothing written), "dup" (the id belongs to another
-//      entry: nothing written; the caller acks and drops this entry).
+// CLAIM  KEYS: per entry: job hash, result key
+//        ARGV: consumer, now ms, ttl s, prefix, then per entry: entry id, max attempts,
+//              retry-own-claim ("1" when this daemon sent a claim for this entry before and lost
+//              the reply: it never ran), the entry's notify target, job id
+//   -> per entry, flat: verdict, attempt. "run" (attempt incremented: run it), "dup" (another
+//      entry owns this id: ack and drop), "done" (a result exists: ack and drop), "cancelled" (a
+//      client cancelled it before it started; attempt: the runs it had, 0 if none), "lost" (it
+//      was running under a daemon that died and has no attempts left), "error" (attempt: the
+//      message). For run/cancelled/lost the job hash now names this consumer, so the FINISH
+//      below is accepted. A hash left from a run whose result expired is forgotten first: the
+//      id is free again (and a cancel recorded after that run ended, with cancel_ms, belongs to
+//      the new job). "done" appends a record of the stored result to the entry's notify stream;
+//      "dup" adds the entry's target to the hash.
+//
+// FINISH KEYS: per entry: job hash, result key, queue stream, out channel
+//        ARGV: consumer, ttl s, group, prefix, then per entry: entry id, attempt, result bytes,
+//              exited-event bytes, job id, the result's outcome, exit code ("" for nil) and error
+//              code ("" for none) for the completion records (an empty outcome: read from the
+//              bytes), n, then n live events held back (JobLedger::Publish), published first,
+//              in order
+//   -> per entry: "ok" (stored, published, a record appended to each of the hash's notify
+//      targets, acked, deleted), "fenced" (another daemon took the job over because this one
+//      was presumed dead: nothing written), "dup" (the id belongs to another entry: nothing
+//      written; the caller acks and drops this entry), or an error message. The entries that
+//      end "ok" are acked and deleted with one XACK and one XDEL per stream. Events (live and
+//      exited) go only to channels someone listens to when the script runs (a pattern
+//      subscriber, or PUBSUB NUMSUB > 0): PUBLISH delivers nothing else, and a subscriber that
+//      came first (PROTOCOL.md section 2) is counted.
 //
 // REJECT KEYS: result key, queue stream, out channel
 //        ARGV: entry id, result bytes, ttl s, exited-event bytes, group, prefix, notify target,

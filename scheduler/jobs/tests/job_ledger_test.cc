@@ -1,0 +1,169 @@
+// JobLedger against a real redis-server on a real event loop: the claims made in one turn of the
+// loop go out as one CLAIM call and the results stored in one turn as one FINISH call, each entry
+// still getting its own verdict; and results sent while Redis is away wait, and are stored once it
+// answers again.
+#include "scheduler/jobs/job_ledger.h"
+
+#include <gtest/gtest.h>
+
+#include <event2/event.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "scheduler/redis/scripts.h"
+#include "tests/support/redis_server.h"
+
+namespace sandpool {
+namespace {
+
+class JobLedgerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!server_.Start()) GTEST_SKIP() << "redis-server not available";
+    sync_ = MustConnect(server_.UnixUrl());
+    ASSERT_NE(sync_, nullptr);
+    base_ = event_base_new();
+    config_.consumer = "d1";
+    config_.result_ttl_s = 600;
+    RedisAsync::Hooks hooks;
+    hooks.on_connect = [this] { ++connects_; };
+    cmd_ = std::make_unique<RedisAsync>(base_, server_.UnixUrl(), "cmd", hooks, "sandpool:d1:cmd");
+    cmd_->PreloadScripts(AllScripts());  // as the daemon does: no NOSCRIPT round trips counted
+    cmd_->Connect();
+    ASSERT_TRUE(RunUntil([this] { return connects_ > 0; }));
+    ledger_ = std::make_unique<JobLedger>(base_, cmd_.get(), keys_, config_, &metrics_);
+    Must({"XGROUP", "CREATE", stream_, "workers", "0", "MKSTREAM"});
+  }
+  void TearDown() override {
+    ledger_.reset();
+    cmd_.reset();
+    if (base_) event_base_free(base_);
+  }
+
+  // Runs the loop until `done` holds; false after 10 s.
+  bool RunUntil(const std::function<bool()>& done) {
+    int64_t deadline = MonotonicUs() + 10'000'000;
+    while (!done()) {
+      if (MonotonicUs() > deadline) return false;
+      event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+      struct timeval tv = {0, 1000};
+      event_base_loopexit(base_, &tv);
+      event_base_loop(base_, EVLOOP_ONCE);
+    }
+    return true;
+  }
+
+  ReplyPtr Must(const std::vector<std::string>& args) {
+    auto r = sync_->Command(args);
+    EXPECT_TRUE(r.ok()) << r.status().message() << " (" << args[0] << ")";
+    return r.ok() ? std::move(*r) : nullptr;
+  }
+
+  long long EvalCalls() {
+    auto r = Must({"INFO", "commandstats"});
+    std::string text(r->str, r->len);
+    long long n = 0;
+    for (const char* key : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
+      auto k = text.find(key);
+      if (k != std::string::npos) n += std::atoll(text.c_str() + k + std::string(key).size());
+    }
+    return n;
+  }
+
+  // Queues a job and reads it as this daemon: its entry id (held by the ledger).
+  std::string Queue(const std::string& id) {
+    std::string entry = ReplyStr(Must({"XADD", stream_, "*", "id", id}).get());
+    Must({"XREADGROUP", "GROUP", "workers", "d1", "COUNT", "1", "STREAMS", stream_, ">"});
+    ledger_->Hold(stream_, entry);
+    return entry;
+  }
+
+  static std::string ReplyStr(const redisReply* r) { return std::string(r->str, r->len); }
+
+  static JobResult Exited(const std::string& id, uint32_t attempt) {
+    JobResult r;
+    r.id = id;
+    r.attempt = attempt;
+    r.outcome = Outcome::kExit;
+    r.exit_code = 0;
+    return r;
+  }
+
+  TestRedisServer server_;
+  std::unique_ptr<SyncRedis> sync_;
+  struct event_base* base_ = nullptr;
+  Keys keys_{"sandpool"};
+  DaemonConfig config_;
+  Metrics metrics_;
+  int connects_ = 0;
+  std::unique_ptr<RedisAsync> cmd_;
+  std::unique_ptr<JobLedger> ledger_;
+  std::string stream_ = "sandpool:q:default";
+};
+
+TEST_F(JobLedgerTest, OneTurnsClaimsAndResultsGoAsOneScriptCallEach) {
+  std::vector<std::string> ids = {"j1", "j2", "j3", "j1"};  // j3 has a result; the second j1 is a duplicate
+  std::vector<std::string> entries;
+  for (const std::string& id : ids) entries.push_back(Queue(id));
+  Must({"SET", "sandpool:result:j3", "stored"});
+  Must({"CONFIG", "RESETSTAT"});
+
+  std::map<std::string, std::pair<JobLedger::Verdict, uint32_t>> verdicts;  // entry -> verdict
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_TRUE(ledger_->Claim(ids[i], stream_, entries[i], 3, [&verdicts, e = entries[i]](JobLedger::Verdict v, uint32_t a) {
+      verdicts[e] = {v, a};
+    }));
+  }
+  ASSERT_TRUE(RunUntil([&] { return verdicts.size() == ids.size(); }));
+  EXPECT_EQ(EvalCalls(), 1);
+  EXPECT_EQ(verdicts[entries[0]], std::make_pair(JobLedger::Verdict::kRun, 1u));
+  EXPECT_EQ(verdicts[entries[1]], std::make_pair(JobLedger::Verdict::kRun, 1u));
+  EXPECT_EQ(verdicts[entries[2]].first, JobLedger::Verdict::kDrop);
+  EXPECT_EQ(verdicts[entries[3]].first, JobLedger::Verdict::kDrop);
+
+  ledger_->Ack(stream_, entries[2]);
+  ledger_->Ack(stream_, entries[3]);
+  ledger_->Finish(Exited("j1", 1), stream_, entries[0], 1, "t");
+  ledger_->Finish(Exited("j2", 1), stream_, entries[1], 1, "t");
+  EXPECT_EQ(ledger_->pending_results(), 2u) << "gathered, not sent yet";
+  ASSERT_TRUE(RunUntil([&] { return ledger_->held() == 0; }));
+  EXPECT_EQ(EvalCalls(), 2);
+  EXPECT_EQ(ledger_->pending_results(), 0u);
+  EXPECT_EQ(Must({"EXISTS", "sandpool:result:j1", "sandpool:result:j2"})->integer, 2);
+  EXPECT_EQ(Must({"XLEN", stream_})->integer, 0);
+  EXPECT_EQ(ReplyStr(Must({"HGET", "sandpool:job:j2", "state"}).get()), "done");
+}
+
+TEST_F(JobLedgerTest, ResultsSentWhileRedisIsAwayWaitAndAreStoredWhenItAnswers) {
+  std::string e1 = Queue("k1"), e2 = Queue("k2");
+  int claimed = 0;
+  for (auto [id, e] : {std::pair{"k1", e1}, std::pair{"k2", e2}}) {
+    ASSERT_TRUE(ledger_->Claim(id, stream_, e, 3, [&claimed](JobLedger::Verdict v, uint32_t) {
+      EXPECT_EQ(v, JobLedger::Verdict::kRun);
+      ++claimed;
+    }));
+  }
+  ASSERT_TRUE(RunUntil([&] { return claimed == 2; }));
+  // Redis stops running writes: the FINISH call is sent, and its reply is lost with the connection.
+  Must({"CLIENT", "PAUSE", "300000", "WRITE"});
+  ledger_->Finish(Exited("k1", 1), stream_, e1, 1, "t");
+  ledger_->Finish(Exited("k2", 1), stream_, e2, 1, "t");
+  ASSERT_TRUE(RunUntil([&] { return cmd_->OldestPendingMs() >= 2; }));
+  Must({"CLIENT", "KILL", "USER", "default", "SKIPME", "yes"});
+  ASSERT_TRUE(RunUntil([&] { return ledger_->pending_results() == 2; })) << "both results wait for Redis";
+  Must({"CLIENT", "UNPAUSE"});
+  ASSERT_TRUE(RunUntil([&] { return connects_ > 1 && cmd_->connected(); }));
+  ledger_->FlushPending();
+  ASSERT_TRUE(RunUntil([&] { return ledger_->held() == 0; }));
+  EXPECT_EQ(ledger_->pending_results(), 0u);
+  EXPECT_EQ(Must({"EXISTS", "sandpool:result:k1", "sandpool:result:k2"})->integer, 2);
+  EXPECT_EQ(Must({"XLEN", stream_})->integer, 0);
+}
+
+}  // namespace
+}  // namespace sandpool
