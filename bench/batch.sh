@@ -10,19 +10,9 @@ ROOT=$(cd "$BENCH_DIR/.." && pwd)
 N=${BENCH_BATCH_N:-100000}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-nice -n 10 cmake --build "$ROOT/build" -j2 --target sandpool sandpoold >/dev/null
-cat > "$OUT/dump.cc" <<'CC'
-#include <cstdio>
-#include <string>
-#include "scheduler/redis/scripts.h"
-int main(int, char** argv) {
-  std::string w = argv[1];
-  fputs(w == "claim" ? sandpool::kClaimScript : sandpool::kFinishScript, stdout);
-}
-CC
-g++ -std=c++20 -I"$ROOT" "$OUT/dump.cc" "$ROOT/scheduler/redis/scripts.cc" -o "$OUT/dump"
-"$OUT/dump" claim > "$OUT/claim.lua"
-"$OUT/dump" finish > "$OUT/finish.lua"
+nice -n 10 cmake --build "$ROOT/build" -j2 --target sandpool sandpoold sandpool_dump_scripts >/dev/null
+"$ROOT/build/bin/sandpool_dump_scripts" claim > "$OUT/claim.lua"
+"$ROOT/build/bin/sandpool_dump_scripts" finish > "$OUT/finish.lua"
 # The BullMQ peer gets a directory of its own (bench/out/bullmq-peer): bullmq and ioredis only,
 # the versions of bench/peers/package.json, without @mastra/core.
 PEER=$BENCH_DIR/out/bullmq-peer

@@ -1,5 +1,6 @@
 // Prints the daemon's CLAIM or FINISH script (argv[1]: "claim" or "finish"), for the Python
-// stand-in of bench/batch_bench.py (bench/standin_cpu.py says how).
+// stand-in of bench/batch_bench.py (built as sandpool_dump_scripts; bench/batch.sh and
+// bench/standin_cpu.py use it).
 #include <cstdio>
 #include <string>
 

@@ -5,8 +5,9 @@ collecting the N completion records (XREAD COUNT 1000). Each phase runs alone, s
 (INFO cpu) is split between them exactly; INFO commandstats of the stand-in's phase shows where
 it goes. Not run by the tests.
 
-    mkdir -p /tmp/s && g++ -std=c++20 -I. bench/dump_scripts.cc scheduler/redis/scripts.cc -o /tmp/s/dump \\
-      && /tmp/s/dump claim > /tmp/s/claim.lua && /tmp/s/dump finish > /tmp/s/finish.lua
+    cmake --build build --target sandpool_dump_scripts && mkdir -p /tmp/s \\
+      && build/bin/sandpool_dump_scripts claim > /tmp/s/claim.lua \\
+      && build/bin/sandpool_dump_scripts finish > /tmp/s/finish.lua
     /usr/bin/python3 bench/standin_cpu.py --scripts /tmp/s --n 20000
 """
 
