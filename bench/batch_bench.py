@@ -328,7 +328,8 @@ def write_report(a, rows, load0, load1) -> None:
         "",
         "**What is measured.** The client and Redis side. Except in the last row, the daemon is a stand-in "
         "(bench/batch_bench.py `standin`, Python): it reads the queue with XREADGROUP and runs the real CLAIM and "
-        "FINISH scripts of scheduler/redis/scripts.cc per job, pipelined, with a result map like a `true` job's, and "
+        "FINISH scripts of scheduler/redis/scripts.cc, batched by up to 128 entries per call as JobLedger batches them, "
+        "pipelined, with a result map like a `true` job's, and "
         "no sandbox. Its CPU is given apart. The last row goes through the real sandpoold (2 workers), so it "
         "measures sandboxes, not the client. Submitted/s: jobs over the time their submission took (for map, "
         "whose submission is bounded by its concurrency, the whole run). Collected/s: jobs over the whole run. "
