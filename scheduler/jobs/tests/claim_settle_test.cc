@@ -2,12 +2,9 @@
 // "run" does to the entry, and the result it answers with.
 #include "scheduler/jobs/claim_settle.h"
 
-#include <event2/event.h>
 #include <gtest/gtest.h>
 
-#include "common/clock.h"
-#include "scheduler/redis/scripts.h"
-#include "tests/support/redis_server.h"
+#include "scheduler/redis/tests/loop_redis_test.h"
 
 namespace sandpool {
 namespace {
@@ -23,38 +20,22 @@ TEST(ErrorResult, OutcomeFollowsTheCode) {
   EXPECT_EQ(r.error->message, "x");
 }
 
-class SettleClaimTest : public ::testing::Test {
+class SettleClaimTest : public LoopRedisTest {
  protected:
   void SetUp() override {
-    if (!server_.Start()) GTEST_SKIP() << "redis-server not available";
-    sync_ = MustConnect(server_.UnixUrl());
-    ASSERT_NE(sync_, nullptr);
-    base_ = event_base_new();
     config_.consumer = "host-a";
-    cmd_ = std::make_unique<RedisAsync>(base_, server_.UnixUrl(), "test", RedisAsync::Hooks{});
-    cmd_->PreloadScripts(AllScripts());
-    cmd_->Connect();
-    ASSERT_TRUE(RunUntil([&] { return cmd_->connected(); }));
+    LoopRedisTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     ledger_ = std::make_unique<JobLedger>(base_, cmd_.get(), keys_, config_, nullptr);
-    ASSERT_TRUE(sync_->Command({"XGROUP", "CREATE", "q", std::string(Keys::kGroup), "0", "MKSTREAM"}).ok());
-    auto added = sync_->Command({"XADD", "q", "*", "id", "j1"});
-    ASSERT_TRUE(added.ok());
-    entry_ = std::string((*added)->str, (*added)->len);
-    ASSERT_TRUE(sync_->Command({"XREADGROUP", "GROUP", std::string(Keys::kGroup), "host-a", "STREAMS", "q", ">"}).ok());
+    Must({"XGROUP", "CREATE", "q", std::string(Keys::kGroup), "0", "MKSTREAM"});
+    ReplyPtr added = Must({"XADD", "q", "*", "id", "j1"});
+    ASSERT_NE(added, nullptr);
+    entry_ = std::string(added->str, added->len);
+    Must({"XREADGROUP", "GROUP", std::string(Keys::kGroup), "host-a", "STREAMS", "q", ">"});
   }
   void TearDown() override {
     ledger_.reset();
-    cmd_.reset();
-    if (base_) event_base_free(base_);
-  }
-  template <typename F>
-  bool RunUntil(F done) {
-    int64_t deadline = MonotonicUs() + 10'000'000;
-    while (!done()) {
-      if (MonotonicUs() > deadline) return false;
-      event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
-    }
-    return true;
+    LoopRedisTest::TearDown();
   }
   int64_t Int(const std::vector<std::string>& args) {
     auto r = sync_->Command(args);
@@ -65,12 +46,8 @@ class SettleClaimTest : public ::testing::Test {
     return r.ok() ? (*r)->element[0]->integer : -1;
   }
 
-  TestRedisServer server_;
-  std::unique_ptr<SyncRedis> sync_;
-  struct event_base* base_ = nullptr;
   DaemonConfig config_;
   Keys keys_{"sp"};
-  std::unique_ptr<RedisAsync> cmd_;
   std::unique_ptr<JobLedger> ledger_;
   std::string entry_;
 };

@@ -16,52 +16,25 @@
 
 #include "common/clock.h"
 #include "scheduler/redis/scripts.h"
-#include "tests/support/redis_server.h"
+#include "scheduler/redis/tests/loop_redis_test.h"
 
 namespace sandpool {
 namespace {
 
-class JobLedgerTest : public ::testing::Test {
+class JobLedgerTest : public LoopRedisTest {
  protected:
+  JobLedgerTest() { client_name_ = "sandpool:d1:cmd"; }
   void SetUp() override {
-    if (!server_.Start()) GTEST_SKIP() << "redis-server not available";
-    sync_ = MustConnect(server_.UnixUrl());
-    ASSERT_NE(sync_, nullptr);
-    base_ = event_base_new();
     config_.consumer = "d1";
     config_.result_ttl_s = 600;
-    RedisAsync::Hooks hooks;
-    hooks.on_connect = [this] { ++connects_; };
-    cmd_ = std::make_unique<RedisAsync>(base_, server_.UnixUrl(), "cmd", hooks, "sandpool:d1:cmd");
-    cmd_->PreloadScripts(AllScripts());  // as the daemon does: no NOSCRIPT round trips counted
-    cmd_->Connect();
-    ASSERT_TRUE(RunUntil([this] { return connects_ > 0; }));
+    LoopRedisTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     ledger_ = std::make_unique<JobLedger>(base_, cmd_.get(), keys_, config_, &metrics_);
     Must({"XGROUP", "CREATE", stream_, "workers", "0", "MKSTREAM"});
   }
   void TearDown() override {
     ledger_.reset();
-    cmd_.reset();
-    if (base_) event_base_free(base_);
-  }
-
-  // Runs the loop until `done` holds; false after 10 s.
-  bool RunUntil(const std::function<bool()>& done) {
-    int64_t deadline = MonotonicUs() + 10'000'000;
-    while (!done()) {
-      if (MonotonicUs() > deadline) return false;
-      event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
-      struct timeval tv = {0, 1000};
-      event_base_loopexit(base_, &tv);
-      event_base_loop(base_, EVLOOP_ONCE);
-    }
-    return true;
-  }
-
-  ReplyPtr Must(const std::vector<std::string>& args) {
-    auto r = sync_->Command(args);
-    EXPECT_TRUE(r.ok()) << r.status().message() << " (" << args[0] << ")";
-    return r.ok() ? std::move(*r) : nullptr;
+    LoopRedisTest::TearDown();
   }
 
   long long EvalCalls() {
@@ -94,14 +67,9 @@ class JobLedgerTest : public ::testing::Test {
     return r;
   }
 
-  TestRedisServer server_;
-  std::unique_ptr<SyncRedis> sync_;
-  struct event_base* base_ = nullptr;
   Keys keys_{"sandpool"};
   DaemonConfig config_;
   Metrics metrics_;
-  int connects_ = 0;
-  std::unique_ptr<RedisAsync> cmd_;
   std::unique_ptr<JobLedger> ledger_;
   std::string stream_ = "sandpool:q:default";
 };

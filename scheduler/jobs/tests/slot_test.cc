@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/clock.h"
+#include "scheduler/redis/tests/loop_redis_test.h"  // RunLoopUntil
 #include "worker/channel.h"
 #include "worker/messages.h"
 
@@ -51,16 +51,7 @@ class SlotTest : public ::testing::Test {
     event_base_free(base_);
   }
 
-  template <typename F>
-  bool RunUntil(F done) {
-    int64_t deadline = MonotonicUs() + 10'000'000;
-    while (!done()) {
-      if (MonotonicUs() > deadline) return false;
-      event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
-      usleep(1000);
-    }
-    return true;
-  }
+  bool RunUntil(const std::function<bool()>& done) { return RunLoopUntil(base_, done); }
   // The next frame the slot sent to its keeper (the loop runs until it is there).
   Frame FromSlot() {
     EXPECT_TRUE(RunUntil([&] {

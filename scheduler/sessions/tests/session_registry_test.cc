@@ -3,49 +3,29 @@
 // in agreement.
 #include "scheduler/sessions/session_registry.h"
 
-#include <event2/event.h>
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "common/clock.h"
-#include "scheduler/redis/scripts.h"
-#include "tests/support/redis_server.h"
+#include "scheduler/redis/tests/loop_redis_test.h"
 
 namespace sandpool {
 namespace {
 
-class SessionRegistryTest : public ::testing::Test {
+class SessionRegistryTest : public LoopRedisTest {
  protected:
   void SetUp() override {
-    if (!server_.Start()) GTEST_SKIP() << "redis-server not available";
-    sync_ = MustConnect(server_.UnixUrl());
-    ASSERT_NE(sync_, nullptr);
-    base_ = event_base_new();
     config_.consumer = "host-a";
     config_.result_ttl_s = 100;
-    cmd_ = std::make_unique<RedisAsync>(base_, server_.UnixUrl(), "test", RedisAsync::Hooks{});
-    cmd_->PreloadScripts(AllScripts());
-    cmd_->Connect();
-    ASSERT_TRUE(RunUntil([&] { return cmd_->connected(); }));
+    LoopRedisTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     registry_ = std::make_unique<SessionRegistry>(cmd_.get(), keys_, config_);
   }
   void TearDown() override {
     registry_.reset();
-    cmd_.reset();
-    if (base_) event_base_free(base_);
+    LoopRedisTest::TearDown();
   }
 
-  // Runs the loop until `done` (false after 10 s).
-  template <typename F>
-  bool RunUntil(F done) {
-    int64_t deadline = MonotonicUs() + 10'000'000;
-    while (!done()) {
-      if (MonotonicUs() > deadline) return false;
-      event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
-    }
-    return true;
-  }
   std::string Get(const std::vector<std::string>& args) {
     auto r = sync_->Command(args);
     return r.ok() && (*r)->type == REDIS_REPLY_STRING ? std::string((*r)->str, (*r)->len) : "";
@@ -76,12 +56,8 @@ class SessionRegistryTest : public ::testing::Test {
     return RunUntil([&] { return written.has_value(); }) && *written;
   }
 
-  TestRedisServer server_;
-  std::unique_ptr<SyncRedis> sync_;
-  struct event_base* base_ = nullptr;
   DaemonConfig config_;
   Keys keys_{"sp"};
-  std::unique_ptr<RedisAsync> cmd_;
   std::unique_ptr<SessionRegistry> registry_;
 };
 
