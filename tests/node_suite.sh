@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One Node package's test suite (clients/typescript, clients/mastra or tests/deploy) against the daemon built
 # here: installs its dependencies from its lock file (npm ci), builds it, runs `npm test`.
-# Needs Node >= 20 (the packages' engines; @mastra/core asks for 22 and runs on 20).
+# Needs Node >= 20: the TypeScript client's engine; the Mastra package states @mastra/core's (>= 22.13.0),
+# and its tests run on 20 with an engine warning.
 set -euo pipefail
 dir=$1
 major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
