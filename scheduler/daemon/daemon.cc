@@ -25,10 +25,6 @@ namespace {
 // /readyz says so.
 constexpr int64_t kRedisStallMs = 3000;
 
-struct timeval Ms(uint64_t ms) {
-  return {static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
-}
-
 }  // namespace
 
 Daemon::Daemon(const DaemonConfig& config, struct event_base* base, SpawnerHandle spawner, CgroupLayout layout)
@@ -144,7 +140,7 @@ Status Daemon::Start() {
   sub_->Connect();
 
   heartbeat_ev_ = event_new(base_, -1, EV_PERSIST, &Daemon::OnHeartbeatTimer, this);
-  struct timeval tv = Ms(config_.heartbeat_ms);
+  struct timeval tv = TimevalMs(config_.heartbeat_ms);
   event_add(heartbeat_ev_, &tv);
   if (notify_ != nullptr) SP_RETURN_IF_ERROR(notify_->StartWatchdog(base_).Prefixed("systemd watchdog"));
   NotifySystemd();
@@ -538,7 +534,7 @@ void Daemon::Drain(const char* why) {
   draining_ = true;
   LogInfo("draining", {{"why", why}, {"running", static_cast<uint64_t>(running_.size())}, {"grace_ms", config_.grace_ms}});
   grace_ev_ = evtimer_new(base_, &Daemon::OnGraceTimer, this);
-  struct timeval tv = Ms(config_.grace_ms);
+  struct timeval tv = TimevalMs(config_.grace_ms);
   evtimer_add(grace_ev_, &tv);
   drain_deadline_us_ = MonotonicUs() + static_cast<int64_t>(config_.grace_ms) * 1000;
   if (notify_ != nullptr) notify_->Send("STOPPING=1");

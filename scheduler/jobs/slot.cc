@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/job_env.h"
 #include "common/log.h"
 #include "common/runtimes.h"
@@ -18,10 +19,6 @@ namespace {
 // After the sandbox is gone its pipes reach EOF at once; this only guards against a writer we
 // did not foresee keeping one open.
 constexpr int kDrainMs = 2000;
-
-struct timeval Ms(int64_t ms) {
-  return {static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
-}
 
 }  // namespace
 
@@ -99,7 +96,7 @@ void Slot::HandleFrame(Frame& f) {
       }
       exited_ = true;
       exited_msg_ = std::move(m);
-      struct timeval tv = Ms(kDrainMs);
+      struct timeval tv = TimevalMs(kDrainMs);
       evtimer_add(timeout_ev_, &tv);
       MaybeFinish();
       return;
@@ -156,7 +153,7 @@ void Slot::Start(SlotJob job) {
   } else {
     // The sandbox died between Ready and now; the job runs in the next one (AcceptReady), and
     // its timeout covers the wait.
-    struct timeval tv = Ms(static_cast<int64_t>(job_->spec.timeout_ms));
+    struct timeval tv = TimevalMs(static_cast<int64_t>(job_->spec.timeout_ms));
     evtimer_add(timeout_ev_, &tv);
   }
 }
@@ -205,7 +202,7 @@ void Slot::Launch() {
   io.on_eof = [this] { MaybeFinish(); };
   io_.Start(base_, std::move(stdin_), std::move(pipes_[0]), std::move(pipes_[1]), spec.stdin_data,
             spec.max_output_bytes, false, false, std::move(io));
-  struct timeval tv = Ms(static_cast<int64_t>(spec.timeout_ms));
+  struct timeval tv = TimevalMs(static_cast<int64_t>(spec.timeout_ms));
   evtimer_add(timeout_ev_, &tv);  // (re)armed: the wall timeout counts from here
 }
 
@@ -218,7 +215,7 @@ bool Slot::RetryUnstarted(const char* why) {
           {{"slot", index_}, {"job", job_->spec.id}, {"why", why}, {"try", sandbox_retries_}});
   ResetLaunch();
   DropSandbox();
-  struct timeval tv = Ms(static_cast<int64_t>(job_->spec.timeout_ms));
+  struct timeval tv = TimevalMs(static_cast<int64_t>(job_->spec.timeout_ms));
   evtimer_add(timeout_ev_, &tv);  // covers the wait for the next sandbox
   if (deferred_ready_) {
     Frame ready = std::move(*deferred_ready_);
@@ -237,7 +234,7 @@ void Slot::Kill(KillReason reason) {
     return;
   }
   SendToKeeper(MsgType::kKill, Encode(GenerationMsg{generation_}));
-  struct timeval tv = Ms(kKillAnswerMs);
+  struct timeval tv = TimevalMs(kKillAnswerMs);
   evtimer_add(kill_answer_ev_, &tv);
 }
 

@@ -125,10 +125,6 @@ std::string Nonce() {
   return s;
 }
 
-struct timeval Ms(uint64_t ms) {
-  return {static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
-}
-
 }  // namespace
 
 struct CodeContext::CallState {
@@ -376,7 +372,7 @@ void CodeContext::Next() {
   const std::string& code = *c.spec.code;
   io_->WriteStdin(std::to_string(code.size()) + "\n");
   io_->WriteStdin(code);
-  struct timeval tv = Ms(c.spec.timeout_ms);
+  struct timeval tv = TimevalMs(c.spec.timeout_ms);
   evtimer_add(timeout_ev_, &tv);
 }
 

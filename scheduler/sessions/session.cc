@@ -132,7 +132,7 @@ void Session::EndSandbox() {
     OnGone("stopped");
     return;
   }
-  struct timeval tv = Ms(kStopAnswerMs);
+  struct timeval tv = TimevalMs(kStopAnswerMs);
   evtimer_add(stop_answer_ev_, &tv);
 }
 
@@ -320,7 +320,7 @@ void Session::Exec(const std::string& op_id, const JobSpec& command, bool as_roo
           auto* cmd = static_cast<Command*>(arg);
           cmd->session->KillCommand(*cmd, KillReason::kTimeout);
         }, &c);
-        struct timeval tv = Ms(static_cast<int64_t>(c.spec.timeout_ms));
+        struct timeval tv = TimevalMs(static_cast<int64_t>(c.spec.timeout_ms));
         evtimer_add(c.timeout_ev, &tv);
       },
       [this, op_id](const AgentExitedMsg* e) {
@@ -366,7 +366,7 @@ void Session::Exec(const std::string& op_id, const JobSpec& command, bool as_roo
           cmd->io.GiveUp();
           if (!cmd->checking) cmd->session->FinishCommand(*cmd);
         }, &c);
-        struct timeval tv = Ms(kAfterExitMs);
+        struct timeval tv = TimevalMs(kAfterExitMs);
         evtimer_add(c.after_exit_ev, &tv);
       });
 }

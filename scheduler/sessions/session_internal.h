@@ -12,14 +12,12 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "scheduler/sessions/session.h"
 
 namespace sandpool {
 namespace session_detail {
 
-inline struct timeval Ms(int64_t ms) {
-  return {static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
-}
 
 inline void PackStr(msgpack::packer<msgpack::sbuffer>& pk, std::string_view s) {
   pk.pack_str(static_cast<uint32_t>(s.size()));

@@ -93,7 +93,7 @@ void Session::Spawn(const JobSpec& command, bool as_root, bool stdin_pipe, Answe
           auto* proc = static_cast<Process*>(arg);
           proc->session->ProcessEnded(*proc);
         }, &p);
-        struct timeval tv = Ms(kAfterExitMs);
+        struct timeval tv = TimevalMs(kAfterExitMs);
         evtimer_add(p.after_exit_ev, &tv);
       });
 }
@@ -208,7 +208,7 @@ void Session::Output(const std::string& pid, std::optional<uint64_t> tail_lines,
     std::unique_ptr<Expiry> e(static_cast<Expiry*>(arg));
     e->p->session->ProcessWaitExpired(*e->p, e->id);
   }, expiry);
-  struct timeval tv = Ms(static_cast<int64_t>(wait_timeout_ms));
+  struct timeval tv = TimevalMs(static_cast<int64_t>(wait_timeout_ms));
   evtimer_add(w.timer, &tv);
   p.waiters.push_back(std::move(w));
 }
