@@ -29,7 +29,7 @@ Session::Session(struct event_base* base, std::string id, std::string worker,
 
 Session::~Session() {
   // Nothing may be left waiting: answer everything as if the sandbox ended.
-  if (!ended_) OnGone("the daemon let go of the session");
+  if (!ended_) OnGone("the daemon let go of the session", /*let_go=*/true);
   keeper_.Close();
   agent_.Close();
   contexts_.clear();
@@ -76,6 +76,7 @@ void Session::OnKeeperFrame(Frame& f) {
                     }
                     EndSandbox();
                   });
+      ready_ = true;
       hooks_.on_ready(*this);
       return;
     }
@@ -145,7 +146,7 @@ void Session::OnStopUnanswered(evutil_socket_t, short, void* arg) {
 }
 
 // The sandbox is gone: everything waiting is answered, then on_ended.
-void Session::OnGone(const std::string& why) {
+void Session::OnGone(const std::string& why, bool let_go) {
   if (ended_) return;
   ended_ = true;
   evtimer_del(stop_answer_ev_);
@@ -164,6 +165,13 @@ void Session::OnGone(const std::string& why) {
   auto snaps = std::move(snapshot_waiting_);
   snapshot_waiting_.clear();
   for (auto& fn : snaps) fn("the session stopped during the snapshot", 0);
+  if (let_go) return;
+  // Ending before Ready is a start that failed: reported as on_ended, Sessions would serve the
+  // waiting create again and resume a sandbox that never started, without end.
+  if (!ready_) {
+    if (hooks_.on_start_failed) hooks_.on_start_failed(*this, why);
+    return;
+  }
   if (hooks_.on_ended) hooks_.on_ended(*this, why, asked_);
 }
 

@@ -12,12 +12,15 @@
 //
 // Life: Start() (a keeper and the session's disk) -> on_ready -> operations -> Stop() ->
 // on_ended. The sandbox can also end on its own (killed from outside, its init died, its keeper
-// died): on_ended says why. Every operation in flight then completes (commands with the error
+// died): on_ended says why. A sandbox that ends before on_ready (its keeper failed or died while
+// making it) is reported by on_start_failed, never on_ended: exactly one of on_ready and
+// on_start_failed runs, and on_ended only after on_ready. Every operation in flight then completes (commands with the error
 // session_stopped and the output they had): no callback is ever left unanswered.
 //
 // Ownership: Sessions owns each Session; a Session owns its keeper, channels, processes and
 // contexts. Callbacks run on the loop thread; none may destroy the Session (Sessions defers
-// that to the loop).
+// that to the loop). Destroying a Session answers what waits on it but runs none of the life
+// hooks: its owner let go of it.
 #pragma once
 
 #include <event2/event.h>
@@ -150,7 +153,9 @@ class Session {
 
   void OnKeeperFrame(Frame& f);
   void OnAgentFrame(Frame& f);
-  void OnGone(const std::string& why);
+  // Answers everything waiting; then, unless `let_go` (the owner is destroying this Session and
+  // has moved on: its entry may hold a new sandbox by now), on_start_failed or on_ended.
+  void OnGone(const std::string& why, bool let_go = false);
   void EndSandbox();
   void SendAgent(AgentMsg type, const std::string& payload);
   uint64_t NextReq() { return ++req_; }
@@ -173,6 +178,7 @@ class Session {
   LoopChannel keeper_, agent_;
   bool stopping_ = false, ended_ = false;
   bool asked_ = false;  // Stop() was called (not: the sandbox ended on its own)
+  bool ready_ = false;  // the keeper said Ready: before it, an end is a failed start
   std::string died_;    // why, when it ended on its own
   struct event* stop_answer_ev_ = nullptr;
   struct event* deferred_ev_ = nullptr;

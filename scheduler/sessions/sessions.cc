@@ -305,6 +305,7 @@ void Sessions::CreateOn(const std::string& sid, uint32_t t, const std::string& i
       StartFailed(it->second, "making its disk: " + error);
       return;
     }
+    it->second.fresh_disk = fresh;
     Launch(it->second, fresh);
   });
   spares_->Make(m.template_name, t, image, !image.empty() ? m.disk_bytes : limits_.default_disk_bytes, version);
@@ -323,7 +324,8 @@ void Sessions::Resume(Entry& e) {
   }
   e.budget = true;
   WriteRecord(e);
-  Launch(e, false);
+  // A disk no sandbox has started on yet (its first start failed) is still laid out first.
+  Launch(e, e.fresh_disk);
 }
 
 // The hooks of a session sandbox: they follow `owner` (the session id; empty while the sandbox
@@ -415,6 +417,7 @@ void Sessions::Started(Entry& e) {
     double seconds = static_cast<double>(MonotonicUs() - en.create_started_us) / 1e6;
     LogInfo("session running", {{"session", en.meta.id}, {"seconds", seconds}});
     metrics_->ObserveSessionStart(seconds);
+    en.fresh_disk = false;
     SetState(en, State::kRunning);
     auto waiting = std::move(en.waiting);
     en.waiting.clear();

@@ -126,6 +126,7 @@ class Sessions {
     std::optional<uint32_t> narrowed_slot;  // its slot, narrowed to its policy while it runs
     bool record_dirty = true;
     int64_t create_started_us = 0;
+    bool fresh_disk = false;            // its disk was made new and no sandbox has started on it yet
     std::vector<Op> waiting;            // arrived while creating or stopping: served after
     std::vector<std::function<void()>> after_end;  // run once the sandbox is gone
     // A one-shot job's session (RunJob): no record, never listed, destroyed when the job ends.
