@@ -21,6 +21,20 @@ inline int64_t WallMs() {
   return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
 }
 
+// The same two clocks behind an interface, for the classes whose decisions depend on time
+// (Sessions' idle and lifetime stops, ...): they take a `const Clock&`, the daemon gives them
+// SystemClock(), and a unit test a clock it moves itself (tests/support/manual_clock.h), so it
+// can step past a timeout without waiting for it. Timers on the loop still run on real time.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual int64_t MonotonicUs() const = 0;
+  virtual int64_t WallMs() const = 0;
+};
+
+// The real clocks above. A static object: valid for the whole program.
+const Clock& SystemClock();
+
 // `ms` milliseconds as a struct timeval (libevent timers).
 inline struct timeval TimevalMs(int64_t ms) {
   return {static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};

@@ -19,11 +19,12 @@
 #include "metrics/metrics.h"
 #include "scheduler/config/config.h"
 #include "scheduler/jobs/loop_channel.h"
+#include "scheduler/jobs/session_host.h"
 #include "scheduler/jobs/slot.h"
 
 namespace sandpool {
 
-class Pools {
+class Pools final : public SessionHost {
  public:
   Pools(struct event_base* base, const DaemonConfig& config, Metrics* metrics);
   Pools(const Pools&) = delete;
@@ -76,24 +77,13 @@ class Pools {
   uint32_t SessionSlotBase() const;
   // How many host uids the daemon uses from --uid-base (docs/SECURITY.md).
   static uint64_t UidSpan(const DaemonConfig& config);
-  struct KeeperHandle {
-    uint32_t slot = 0;
-    pid_t pid = -1;
-    UniqueFd channel, pidfd;
-  };
-  // Starts a session keeper of template `t`; `done` gets it, or an invalid handle (channel not
-  // valid) if the spawner is gone. The slot number is the caller's until ReleaseSessionSlot.
-  void SpawnSessionKeeper(uint32_t t, std::function<void(KeeperHandle)> done);
-  void ReleaseSessionSlot(uint32_t slot);
-  // Makes a session disk image at `path` (the spawner runs mke2fs), or, with `from`, a sparse
-  // copy of the image at `from`; `done` gets "" or why not, and the bytes of data copied.
-  using DiskDone = std::function<void(std::string error, uint64_t data_bytes)>;
-  void MakeDisk(const std::string& path, uint64_t bytes, const std::string& from, DiskDone done);
-  // The host budget (--max-sandboxes, --memory-budget) is shared: a running session holds one
-  // sandbox and its memory limit. Take returns false when it does not fit.
-  bool SessionFits(uint64_t memory_bytes) const;
-  bool TakeSessionBudget(uint64_t memory_bytes);
-  void ReturnSessionBudget(uint64_t memory_bytes);
+  // SessionHost: keepers are started by the spawner (it runs mke2fs for disks too).
+  void SpawnSessionKeeper(uint32_t t, std::function<void(KeeperHandle)> done) override;
+  void ReleaseSessionSlot(uint32_t slot) override;
+  void MakeDisk(const std::string& path, uint64_t bytes, const std::string& from, DiskDone done) override;
+  bool SessionFits(uint64_t memory_bytes) const override;
+  bool TakeSessionBudget(uint64_t memory_bytes) override;
+  void ReturnSessionBudget(uint64_t memory_bytes) override;
   size_t running_sessions() const { return session_count_; }
   // Closes every keeper's channel (they exit, and their sandboxes with them).
   void ShutdownAll();

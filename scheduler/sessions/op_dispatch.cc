@@ -17,11 +17,11 @@ namespace sandpool {
 // ---- Reading (op_reader.h): routing creates, claiming operations -----------------------------------------------------------------------------------
 
 bool Sessions::HasRoom() const {
-  return !draining_ && (pools_->SessionFits(config_.templates[0].sandbox.cgroup.memory_bytes) || !spares_->empty());
+  return !draining_ && (host_->SessionFits(config_.templates[0].sandbox.cgroup.memory_bytes) || !spares_->empty());
 }
 
 bool Sessions::TakeBudget(uint64_t memory) {
-  while (!pools_->TakeSessionBudget(memory)) {
+  while (!host_->TakeSessionBudget(memory)) {
     if (!spares_->DropOne()) return false;  // a spare gives way to a session
   }
   return true;
@@ -55,7 +55,7 @@ void Sessions::OnIntakeEntry(const std::string& entry, const std::map<std::strin
   std::string op(SessionOpOf(req.op).name);
   bool sent = cmd_->Eval(kSessionRouteScript,
       {"3", intake_, keys_.Session(req.session), keys_.Sessions(), entry,
-       std::string(Keys::kGroup), config_.consumer, keys_.SessionIntake(config_.queue) + ":", std::to_string(WallMs()), op,
+       std::string(Keys::kGroup), config_.consumer, keys_.SessionIntake(config_.queue) + ":", std::to_string(clock_.WallMs()), op,
        req.id, req_it->second, req.session, keys_.HostSessions(""), keys_.SessionHosts()},
       [this, entry, fields, sid = req.session](redisReply* r) {
         std::string verdict = ReplyString(r);
@@ -83,7 +83,7 @@ void Sessions::OnOwnEntry(const std::string& entry, const std::map<std::string, 
   op.stream = own_stream_;
   op.entry = entry;
   op.req = std::move(std::get<SessionRequest>(decoded));
-  op.received_us = MonotonicUs();
+  op.received_us = MonotonicUs();  // op_answers measures its metrics against the real clock
   auto id_it = fields.find("id");
   if (id_it == fields.end() || id_it->second != op.req.id) {
     answers_.Entry(own_stream_, entry, fields, ErrorCode::kBadField, "id: the entry's id field and the request's differ");
@@ -131,7 +131,7 @@ void Sessions::Serve(Op op) {
     return;
   }
   Entry& e = it->second;
-  e.last_used_ms = WallMs();
+  e.last_used_ms = clock_.WallMs();
   e.record_dirty = true;
   switch (r.op) {
     case SessionOp::kCreate:

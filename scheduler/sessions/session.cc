@@ -54,7 +54,7 @@ void Session::OnDeferred(evutil_socket_t, short, void* arg) {
 
 // ---- Keeper and agent -------------------------------------------------------------------------
 
-void Session::Start(Pools::KeeperHandle keeper, UniqueFd disk, const SessionStartMsg& start) {
+void Session::Start(SessionHost::KeeperHandle keeper, UniqueFd disk, const SessionStartMsg& start) {
   keeper_slot_ = keeper.slot;
   keeper_pidfd_ = std::move(keeper.pidfd);
   keeper_.Open(base_, std::move(keeper.channel), [this](Frame& f) { OnKeeperFrame(f); },

@@ -37,7 +37,7 @@
 #include "queue/session_protocol.h"
 #include "scheduler/jobs/loop_channel.h"
 #include "scheduler/jobs/outcome.h"
-#include "scheduler/jobs/pools.h"
+#include "scheduler/jobs/session_host.h"
 #include "scheduler/jobs/process_io.h"
 #include "worker/session_messages.h"
 
@@ -98,7 +98,7 @@ class Session {
     env_ = std::move(env);
   }
   // Hands the keeper the session's disk; on_ready or on_start_failed follows.
-  void Start(Pools::KeeperHandle keeper, UniqueFd disk, const SessionStartMsg& start);
+  void Start(SessionHost::KeeperHandle keeper, UniqueFd disk, const SessionStartMsg& start);
   // Ends the sandbox (processes killed, files kept); on_ended follows. Idempotent.
   void Stop();
   bool stopping() const { return stopping_; }

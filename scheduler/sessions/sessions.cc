@@ -37,8 +37,9 @@ const char* Sessions::StateName(State s) {
 }
 
 Sessions::Sessions(struct event_base* base, const DaemonConfig& config, const Keys& keys, RedisAsync* cmd,
-                   JobLedger* ledger, Pools* pools, Metrics* metrics, std::function<void()> on_idle)
-    : base_(base), config_(config), keys_(keys), cmd_(cmd), ledger_(ledger), pools_(pools), metrics_(metrics),
+                   JobLedger* ledger, SessionHost* host, Metrics* metrics, std::function<void()> on_idle,
+                   const Clock& clock)
+    : base_(base), config_(config), keys_(keys), cmd_(cmd), ledger_(ledger), host_(host), clock_(clock), metrics_(metrics),
       on_idle_(std::move(on_idle)), store_(config.state_dir), registry_(cmd, keys, config),
       answers_(config, ledger, metrics) {
   limits_.default_disk_bytes = config_.session_disk_bytes;
@@ -72,9 +73,9 @@ Sessions::Sessions(struct event_base* base, const DaemonConfig& config, const Ke
   reader_ = std::make_unique<StreamReader>(reader_conn_.get(), cmd_, keys_, config_, std::move(streams),
                                            std::move(reading));
   spares_ = std::make_unique<SessionSpares>(
-      config_, limits_, pools_, store_,
+      config_, limits_, host_, store_,
       SessionSpares::Hooks{[this](std::shared_ptr<std::string> owner, uint32_t t, const SessionMeta& m,
-                                  const std::string& dir, bool fresh, Pools::KeeperHandle k, std::string* error) {
+                                  const std::string& dir, bool fresh, SessionHost::KeeperHandle k, std::string* error) {
                              return StartSandbox(std::move(owner), t, m, dir, fresh, std::move(k), error);
                            },
                            [this](std::unique_ptr<Session> s) { Collect(std::move(s)); }});
@@ -214,10 +215,10 @@ void Sessions::Create(Entry& e, Op op) {
   m.max_lifetime_ms = c.max_lifetime_ms.value_or(0);
   m.ephemeral = c.ephemeral;
   m.SetEgress(c.egress);
-  m.created_ms = WallMs();
+  m.created_ms = clock_.WallMs();
   e.last_used_ms = m.created_ms;
   e.state = State::kCreating;
-  e.create_started_us = MonotonicUs();
+  e.create_started_us = clock_.MonotonicUs();
   e.waiting.push_back(std::move(op));
   int t = FindTemplate(config_, m.template_name);
   if (t >= 0) {
@@ -298,7 +299,7 @@ void Sessions::CreateOn(const std::string& sid, uint32_t t, const std::string& i
   }
   LogDebug("session disk being made", {{"session", sid}, {"bytes", m.disk_bytes}, {"from", image}});
   bool fresh = image.empty();
-  pools_->MakeDisk(dir + "/disk.img", m.disk_bytes, image, [this, sid, fresh](std::string error, uint64_t) {
+  host_->MakeDisk(dir + "/disk.img", m.disk_bytes, image, [this, sid, fresh](std::string error, uint64_t) {
     auto it = sessions_.find(sid);
     if (it == sessions_.end()) return;
     if (!error.empty()) {
@@ -314,7 +315,7 @@ void Sessions::CreateOn(const std::string& sid, uint32_t t, const std::string& i
 void Sessions::Resume(Entry& e) {
   e.state = State::kCreating;
   e.error.clear();
-  e.create_started_us = MonotonicUs();
+  e.create_started_us = clock_.MonotonicUs();
   if (!TakeBudget(e.meta.memory_bytes)) {
     e.state = State::kStopped;
     auto waiting = std::move(e.waiting);
@@ -365,17 +366,17 @@ Session::Hooks Sessions::HooksFor(std::shared_ptr<std::string> owner, const std:
 }
 
 std::unique_ptr<Session> Sessions::StartSandbox(std::shared_ptr<std::string> owner, uint32_t t, const SessionMeta& m,
-                                                const std::string& dir, bool fresh, Pools::KeeperHandle k,
+                                                const std::string& dir, bool fresh, SessionHost::KeeperHandle k,
                                                 std::string* error) {
   if (!k.channel.valid()) {
-    pools_->ReleaseSessionSlot(k.slot);
+    host_->ReleaseSessionSlot(k.slot);
     *error = "no session keeper could be started";
     return nullptr;
   }
   std::string path = dir + "/disk.img";
   UniqueFd disk(::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
   if (!disk.valid()) {
-    pools_->ReleaseSessionSlot(k.slot);
+    host_->ReleaseSessionSlot(k.slot);
     *error = "its disk cannot be opened: " + std::string(std::strerror(errno));
     return nullptr;
   }
@@ -393,10 +394,10 @@ std::unique_ptr<Session> Sessions::StartSandbox(std::shared_ptr<std::string> own
 
 void Sessions::Launch(Entry& launching, bool fresh) {
   std::string sid = launching.meta.id;
-  spares_->TakeKeeper(launching.template_index, [this, sid, fresh](Pools::KeeperHandle k) {
+  spares_->TakeKeeper(launching.template_index, [this, sid, fresh](SessionHost::KeeperHandle k) {
     auto it = sessions_.find(sid);
     if (it == sessions_.end() || it->second.state != State::kCreating || it->second.session) {
-      pools_->ReleaseSessionSlot(k.slot);
+      host_->ReleaseSessionSlot(k.slot);
       return;
     }
     Entry& e = it->second;
@@ -414,7 +415,7 @@ void Sessions::Started(Entry& e) {
     return;
   }
   auto running = [this](Entry& en) {
-    double seconds = static_cast<double>(MonotonicUs() - en.create_started_us) / 1e6;
+    double seconds = static_cast<double>(clock_.MonotonicUs() - en.create_started_us) / 1e6;
     LogInfo("session running", {{"session", en.meta.id}, {"seconds", seconds}});
     metrics_->ObserveSessionStart(seconds);
     en.fresh_disk = false;
@@ -456,10 +457,10 @@ void Sessions::Started(Entry& e) {
 
 void Sessions::StartFailed(Entry& e, const std::string& why) {
   if (e.internal) {
-    if (e.budget) pools_->ReturnSessionBudget(e.meta.memory_bytes);
+    if (e.budget) host_->ReturnSessionBudget(e.meta.memory_bytes);
     e.budget = false;
     if (e.session) {
-      pools_->ReleaseSessionSlot(e.session->keeper_slot());
+      host_->ReleaseSessionSlot(e.session->keeper_slot());
       Collect(std::move(e.session));
     }
     e.state = State::kError;
@@ -467,10 +468,10 @@ void Sessions::StartFailed(Entry& e, const std::string& why) {
     return;
   }
   LogWarn("session could not start", {{"session", e.meta.id}, {"error", why}});
-  if (e.budget) pools_->ReturnSessionBudget(e.meta.memory_bytes);
+  if (e.budget) host_->ReturnSessionBudget(e.meta.memory_bytes);
   e.budget = false;
   if (e.session) {
-    pools_->ReleaseSessionSlot(e.session->keeper_slot());
+    host_->ReleaseSessionSlot(e.session->keeper_slot());
     Collect(std::move(e.session));
   }
   SetState(e, State::kError, why);
@@ -487,10 +488,10 @@ void Sessions::Ended(Entry& e, const std::string& why, bool asked) {
   if (exposure_) exposure_->Clear(e.meta.id);  // its ports go with its sandbox
   if (e.narrowed_slot && network_) network_->Reset(e.template_index, *e.narrowed_slot);
   e.narrowed_slot.reset();
-  if (e.budget) pools_->ReturnSessionBudget(e.meta.memory_bytes);
+  if (e.budget) host_->ReturnSessionBudget(e.meta.memory_bytes);
   e.budget = false;
   if (e.session) {
-    pools_->ReleaseSessionSlot(e.session->keeper_slot());
+    host_->ReleaseSessionSlot(e.session->keeper_slot());
     Collect(std::move(e.session));
   }
   std::string sid = e.meta.id;
@@ -596,7 +597,7 @@ void Sessions::Collect(std::unique_ptr<Session> s) {
 // ---- Heartbeat: timeouts, records, peers -------------------------------------------------------
 
 void Sessions::Heartbeat() {
-  int64_t now = WallMs();
+  int64_t now = clock_.WallMs();
   std::vector<std::string> due;
   size_t counts[6] = {0, 0, 0, 0, 0, 0};
   for (auto& [sid, e] : sessions_) {

@@ -29,7 +29,7 @@
 // another create; destroying -> destroyed. A session's files live in its disk image,
 // `<state-dir>/sessions/s-<sid>/disk.img`, next to `meta` (its options, msgpack): after a
 // restart, the sessions found there are stopped, whatever Redis remembers. While running, a
-// session holds one sandbox of the host budget (pools.h).
+// session holds one sandbox of the host budget (session_host.h; the daemon's is Pools).
 //
 // Failure handling:
 //  - a daemon that dies leaves its sessions `lost` (peers mark them, once no connection of its is
@@ -38,7 +38,8 @@
 //  - a create nobody had room for is answered host_full after its wait_ms, by any daemon;
 //  - every operation claimed here is answered, whatever happens to the sandbox (session.h).
 //
-// Ownership: the Daemon owns it; the connections, ledger and pools outlive it. Loop thread only.
+// Ownership: the Daemon owns it; the connections, ledger, host and clock outlive it. Loop thread
+// only. Time is read from `clock` (idle and lifetime stops, records), so a test can step it.
 #pragma once
 
 #include <event2/event.h>
@@ -52,12 +53,13 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "metrics/metrics.h"
 #include "queue/keys.h"
 #include "queue/session_protocol.h"
 #include "scheduler/config/config.h"
 #include "scheduler/jobs/job_ledger.h"
-#include "scheduler/jobs/pools.h"
+#include "scheduler/jobs/session_host.h"
 #include "scheduler/jobs/stream_reader.h"
 #include "scheduler/redis/redis_async.h"
 #include "scheduler/sessions/lost_hosts.h"
@@ -77,7 +79,8 @@ class Sessions {
  public:
   // `on_idle` runs when an operation or a sandbox ends (the daemon may be waiting to exit).
   Sessions(struct event_base* base, const DaemonConfig& config, const Keys& keys, RedisAsync* cmd, JobLedger* ledger,
-           Pools* pools, Metrics* metrics, std::function<void()> on_idle);
+           SessionHost* host, Metrics* metrics, std::function<void()> on_idle,
+           const Clock& clock = SystemClock());
   ~Sessions();
   Sessions(const Sessions&) = delete;
   Sessions& operator=(const Sessions&) = delete;
@@ -180,7 +183,7 @@ class Sessions {
   // The hooks of a session sandbox (a session's, or a warm spare's while `owner` is "").
   Session::Hooks HooksFor(std::shared_ptr<std::string> owner, const std::string& spare);
   std::unique_ptr<Session> StartSandbox(std::shared_ptr<std::string> owner, uint32_t t, const SessionMeta& m,
-                                        const std::string& dir, bool fresh, Pools::KeeperHandle k, std::string* error);
+                                        const std::string& dir, bool fresh, SessionHost::KeeperHandle k, std::string* error);
   // Takes `memory` of the host budget for a session, giving up a spare if that makes room.
   bool TakeBudget(uint64_t memory);
   void Collect(std::unique_ptr<Session> s);
@@ -190,7 +193,8 @@ class Sessions {
   const Keys& keys_;
   RedisAsync* cmd_;
   JobLedger* ledger_;
-  Pools* pools_;
+  SessionHost* host_;
+  const Clock& clock_;
   Metrics* metrics_;
   PortExposure* exposure_ = nullptr;
   Network* network_ = nullptr;

@@ -76,7 +76,7 @@ void Sessions::TakeSnapshot(Entry& e, Op op) {
       }
       held.session->Snapshot(std::move(dest), std::move(copied));
     } else {
-      pools_->MakeDisk(staging, 0, store_.Dir(held.meta.id) + "/disk.img", std::move(copied));
+      host_->MakeDisk(staging, 0, store_.Dir(held.meta.id) + "/disk.img", std::move(copied));
     }
   });
 }
@@ -147,10 +147,10 @@ void Sessions::StartJob(std::shared_ptr<JobSpec> spec, std::string stream, std::
     e.meta.id = sid;
     e.meta.template_name = spec->template_name;
     e.meta.ephemeral = true;
-    e.meta.created_ms = WallMs();
+    e.meta.created_ms = clock_.WallMs();
     e.last_used_ms = e.meta.created_ms;
     e.state = State::kCreating;
-    e.create_started_us = MonotonicUs();
+    e.create_started_us = clock_.MonotonicUs();
     e.waiting.push_back(std::move(create));
     e.job_start = [this, sid, spec, stream, entry, attempt, fail](bool started, const std::string& why) {
       auto it = sessions_.find(sid);

@@ -30,7 +30,7 @@ void SessionSpares::Make(const std::string& name, uint32_t t, const std::string&
   m.template_name = name;
   m.disk_bytes = disk_bytes;
   // A spare is a running sandbox: it holds its share of the budget, and only if there is room.
-  if (!pools_->TakeSessionBudget(m.memory_bytes)) return;
+  if (!host_->TakeSessionBudget(m.memory_bytes)) return;
   Spare& sp = spares_[name];
   sp.t = t;
   sp.defaults = m;
@@ -42,7 +42,7 @@ void SessionSpares::Make(const std::string& name, uint32_t t, const std::string&
   }
   std::string dir = sp.dir;
   bool fresh = image.empty();
-  pools_->MakeDisk(dir + "/disk.img", m.disk_bytes, image, [this, name, t, dir, m, fresh](std::string error, uint64_t) {
+  host_->MakeDisk(dir + "/disk.img", m.disk_bytes, image, [this, name, t, dir, m, fresh](std::string error, uint64_t) {
     auto it = spares_.find(name);
     if (it == spares_.end() || it->second.dir != dir) {
       SessionStore::RemoveDir(dir);  // given up while its disk was being made
@@ -52,10 +52,10 @@ void SessionSpares::Make(const std::string& name, uint32_t t, const std::string&
       Drop(name, "its disk: " + error);
       return;
     }
-    TakeKeeper(t, [this, name, t, dir, m, fresh](Pools::KeeperHandle k) {
+    TakeKeeper(t, [this, name, t, dir, m, fresh](SessionHost::KeeperHandle k) {
       auto found = spares_.find(name);
       if (found == spares_.end() || found->second.dir != dir || found->second.session) {
-        pools_->ReleaseSessionSlot(k.slot);
+        host_->ReleaseSessionSlot(k.slot);
         return;
       }
       std::string why;
@@ -76,9 +76,9 @@ void SessionSpares::Drop(const std::string& name, const std::string& why) {
   Spare sp = std::move(it->second);
   spares_.erase(it);
   if (!why.empty() && why != "stopped") LogWarn("warm session sandbox lost", {{"template", name}, {"why", why}});
-  pools_->ReturnSessionBudget(sp.defaults.memory_bytes);
+  host_->ReturnSessionBudget(sp.defaults.memory_bytes);
   if (sp.session) {
-    pools_->ReleaseSessionSlot(sp.session->keeper_slot());
+    host_->ReleaseSessionSlot(sp.session->keeper_slot());
     if (!sp.session->ended()) sp.session->Stop();
     hooks_.collect(std::move(sp.session));
   }
@@ -113,26 +113,26 @@ std::unique_ptr<Session> SessionSpares::Adopt(const SessionMeta& m, const std::s
   return std::move(sp.session);
 }
 
-void SessionSpares::TakeKeeper(uint32_t t, std::function<void(Pools::KeeperHandle)> done) {
+void SessionSpares::TakeKeeper(uint32_t t, std::function<void(SessionHost::KeeperHandle)> done) {
   auto& ahead = keepers_ahead_[t];
   if (!ahead.empty()) {
-    Pools::KeeperHandle k = std::move(ahead.back());
+    SessionHost::KeeperHandle k = std::move(ahead.back());
     ahead.pop_back();
     KeeperAhead(t);
     done(std::move(k));
     return;
   }
-  pools_->SpawnSessionKeeper(t, std::move(done));
+  host_->SpawnSessionKeeper(t, std::move(done));
   KeeperAhead(t);
 }
 
 void SessionSpares::KeeperAhead(uint32_t t) {
   if (draining_ || keeper_pending_.count(t) || !keepers_ahead_[t].empty()) return;
   keeper_pending_.insert(t);
-  pools_->SpawnSessionKeeper(t, [this, t](Pools::KeeperHandle k) {
+  host_->SpawnSessionKeeper(t, [this, t](SessionHost::KeeperHandle k) {
     keeper_pending_.erase(t);
     if (!k.channel.valid() || draining_) {
-      pools_->ReleaseSessionSlot(k.slot);
+      host_->ReleaseSessionSlot(k.slot);
       return;
     }
     keepers_ahead_[t].push_back(std::move(k));
@@ -144,7 +144,7 @@ void SessionSpares::Drain() {
   while (DropOne()) {
   }
   for (auto& [t, ahead] : keepers_ahead_) {
-    for (auto& k : ahead) pools_->ReleaseSessionSlot(k.slot);
+    for (auto& k : ahead) host_->ReleaseSessionSlot(k.slot);
     ahead.clear();
   }
 }

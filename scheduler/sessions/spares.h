@@ -9,7 +9,7 @@
 // A spare's sandbox follows an `owner` string, "" while it is a spare; adoption sets it to the
 // session's id, and the sandbox's hooks (made by the owner of this object) follow that.
 //
-// Ownership: Sessions owns it; config, pools and store outlive it. Loop thread only.
+// Ownership: Sessions owns it; config, host and store outlive it. Loop thread only.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@
 
 #include "queue/session_protocol.h"
 #include "scheduler/config/config.h"
-#include "scheduler/jobs/pools.h"
+#include "scheduler/jobs/session_host.h"
 #include "scheduler/sessions/session.h"
 #include "scheduler/sessions/session_store.h"
 
@@ -35,16 +35,16 @@ class SessionSpares {
     // Starts a session sandbox in `dir` on keeper `k` (the owner's StartSandbox); nullptr and
     // `error` when it cannot.
     std::function<std::unique_ptr<Session>(std::shared_ptr<std::string> owner, uint32_t t, const SessionMeta& m,
-                                           const std::string& dir, bool fresh, Pools::KeeperHandle k,
+                                           const std::string& dir, bool fresh, SessionHost::KeeperHandle k,
                                            std::string* error)>
         start_sandbox;
     // Takes a sandbox that is done with (it is destroyed off the current callback).
     std::function<void(std::unique_ptr<Session>)> collect;
   };
 
-  SessionSpares(const DaemonConfig& config, const SessionLimits& limits, Pools* pools, const SessionStore& store,
+  SessionSpares(const DaemonConfig& config, const SessionLimits& limits, SessionHost* host, const SessionStore& store,
                 Hooks hooks)
-      : config_(config), limits_(limits), pools_(pools), store_(store), hooks_(std::move(hooks)) {}
+      : config_(config), limits_(limits), host_(host), store_(store), hooks_(std::move(hooks)) {}
 
   // Makes the spare of template `name` (configured template `t`, or a snapshot of base `t`
   // whose image is `image` at `version`) unless one exists, the limit is reached, or the budget
@@ -65,7 +65,7 @@ class SessionSpares {
   std::unique_ptr<Session> Adopt(const SessionMeta& m, const std::string& version);
   // A session keeper of template `t`: one started ahead if there is one (and another is started
   // ahead), else a new one.
-  void TakeKeeper(uint32_t t, std::function<void(Pools::KeeperHandle)> done);
+  void TakeKeeper(uint32_t t, std::function<void(SessionHost::KeeperHandle)> done);
   // No more spares or keepers ahead; those there are given up.
   void Drain();
   // The daemon is going: spares are given up, keepers ahead forgotten.
@@ -87,13 +87,13 @@ class SessionSpares {
 
   const DaemonConfig& config_;
   const SessionLimits& limits_;
-  Pools* pools_;
+  SessionHost* host_;
   const SessionStore& store_;
   Hooks hooks_;
   bool draining_ = false;
   std::map<std::string, Spare> spares_;  // by template name (configured or snapshot)
   uint64_t next_spare_ = 1;
-  std::map<uint32_t, std::vector<Pools::KeeperHandle>> keepers_ahead_;
+  std::map<uint32_t, std::vector<SessionHost::KeeperHandle>> keepers_ahead_;
   std::set<uint32_t> keeper_pending_;
 };
 

@@ -50,7 +50,7 @@ class SessionTest : public ::testing::Test {
     auto [ours, theirs] = Pair();
     keeper_ = Channel(std::move(theirs));
     auto [disk, unused] = Pair();  // any fd stands for the disk: it is only passed on
-    Pools::KeeperHandle k;
+    SessionHost::KeeperHandle k;
     k.slot = 3;
     k.channel = std::move(ours);
     SessionStartMsg start;
