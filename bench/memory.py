@@ -105,7 +105,7 @@ def main():
         except OSError:
             return None
 
-    # A python sandbox's init shares its nursery mother's memory (CLONE_VM, worker/nursery.h): the
+    # A python sandbox's init shares its nursery mother's memory (CLONE_VM, worker/runners/nursery.h): the
     # same address space, whose figures /proc shows for each of them. Counted once per slot.
     for slot, s in slots.items():
         seen, keep = set(), []

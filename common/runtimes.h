@@ -1,7 +1,7 @@
 // The runtimes sandpool knows, in one table: what a job's `runtime` may name, what a template may
 // keep warm, where each interpreter lives in the sandbox, and how it is given source code on its
 // command line. The protocol (queue/), the configuration (scheduler/), the command a job execs
-// (JobArgv) and the warm interpreters (worker/zygote.cc) all read it from here.
+// (JobArgv) and the warm interpreters (worker/runners/zygote.cc) all read it from here.
 #pragma once
 
 #include <string>

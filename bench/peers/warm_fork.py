@@ -19,7 +19,7 @@ import resource
 import sys
 import time
 
-# What sandpool's python template preloads (worker/zygote.cc), so the child's work is the same.
+# What sandpool's python template preloads (worker/runners/zygote.cc), so the child's work is the same.
 import errno, json as _j, types, traceback  # noqa: E401,F401
 import re, math, collections, itertools, functools, datetime, random, string, io, struct, base64  # noqa: E401,F401
 

@@ -16,7 +16,7 @@
 #include "queue/protocol.h"
 #include "queue/redis_url.h"
 #include "scheduler/config/egress_policy.h"
-#include "worker/sandbox_config.h"
+#include "worker/sandbox/sandbox_config.h"
 
 namespace sandpool {
 
@@ -25,7 +25,7 @@ struct TemplateConfig {
   std::string name;
   // The template's egress policy (`egress`, `egress-deny`): the most any of its sandboxes may
   // reach. No `egress` key: a no-network template (loopback only, no veth, nothing to enforce).
-  bool network = false;  // egress or expose: its slots get a link (worker/netns_setup.h)
+  bool network = false;  // egress or expose: its slots get a link (worker/sandbox/netns_setup.h)
   EgressPolicy egress;
   bool expose = false;   // `expose = on`: its sessions may expose ports (preview URLs)
   std::optional<uint64_t> net_rate;  // `net-rate`: lower than the daemon's --net-rate

@@ -36,11 +36,11 @@
 #include "scheduler/jobs/job_ledger.h"
 #include "scheduler/jobs/pools.h"
 #include "scheduler/jobs/queue_figures.h"
+#include "scheduler/jobs/stream_reader.h"
 #include "scheduler/redis/redis_async.h"
 #include "scheduler/sessions/sessions.h"
-#include "scheduler/jobs/stream_reader.h"
-#include "worker/cgroup.h"
-#include "worker/spawner.h"
+#include "worker/keeper/spawner.h"
+#include "worker/sandbox/cgroup.h"
 
 namespace sandpool {
 

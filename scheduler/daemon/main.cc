@@ -13,12 +13,12 @@
 #include "common/log.h"
 #include "scheduler/config/config.h"
 #include "scheduler/daemon/daemon.h"
-#include "scheduler/net/net_setup.h"
 #include "scheduler/daemon/preflight.h"
 #include "scheduler/daemon/sd_notify.h"
-#include "worker/cgroup.h"
-#include "worker/spawner.h"
-#include "worker/template_build.h"
+#include "scheduler/net/net_setup.h"
+#include "worker/keeper/spawner.h"
+#include "worker/keeper/template_build.h"
+#include "worker/sandbox/cgroup.h"
 
 using namespace sandpool;
 

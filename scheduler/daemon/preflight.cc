@@ -161,7 +161,7 @@ std::vector<std::string> Preflight(const PreflightInput& in) {
   for (const Mount& m : mounts) v1 = v1 || (m.fstype == "cgroup" && HasOption(m.super, "memory"));
   std::string read_only;
   for (const Mount& m : mounts) {
-    // The controllers worker/cgroup.cc uses (kV1Controllers, kV2Controllers).
+    // The controllers worker/sandbox/cgroup.cc uses (kV1Controllers, kV2Controllers).
     bool relevant = v1 ? (m.fstype == "cgroup" && (HasOption(m.super, "memory") || HasOption(m.super, "pids") ||
                                                    HasOption(m.super, "cpu") || HasOption(m.super, "cpuacct")))
                        : (m.fstype == "cgroup2" && m.point == "/sys/fs/cgroup");

@@ -1,4 +1,4 @@
-// A Channel (worker/channel.h) driven by the daemon's libevent loop: frames are read when the
+// A Channel (worker/ipc/channel.h) driven by the daemon's libevent loop: frames are read when the
 // socket is readable and handed to `on_frame` one by one; frames sent while the socket is full
 // are queued and written when it becomes writable again. Nothing here ever blocks the loop.
 //
@@ -19,7 +19,7 @@
 
 #include "common/fd.h"
 #include "common/status.h"
-#include "worker/channel.h"
+#include "worker/ipc/channel.h"
 
 namespace sandpool {
 

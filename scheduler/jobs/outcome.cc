@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "worker/stub_protocol.h"
+#include "worker/ipc/stub_protocol.h"
 
 namespace sandpool {
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "queue/protocol.h"
-#include "worker/messages.h"
+#include "worker/ipc/messages.h"
 
 namespace sandpool {
 

@@ -7,7 +7,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "worker/messages.h"
+#include "worker/ipc/messages.h"
 
 namespace sandpool {
 

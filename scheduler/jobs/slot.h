@@ -30,7 +30,7 @@
 #include "scheduler/jobs/loop_channel.h"
 #include "scheduler/jobs/outcome.h"
 #include "scheduler/jobs/process_io.h"
-#include "worker/messages.h"
+#include "worker/ipc/messages.h"
 
 namespace sandpool {
 

@@ -3,7 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "worker/conntrack_flush.h"
+#include "worker/sandbox/conntrack_flush.h"
 
 namespace sandpool {
 

@@ -1,4 +1,4 @@
-// Forgetting a narrowed slot's flows (worker/conntrack_flush.h) without blocking the daemon's
+// Forgetting a narrowed slot's flows (worker/sandbox/conntrack_flush.h) without blocking the daemon's
 // loop: FlushConntrackFrom reads the whole conntrack table (a dump, filtered in userspace; the
 // kernel's dump filter knows marks and families, not addresses), which on a busy host takes
 // long. So it runs on a thread of its own, one request after another, and each request's

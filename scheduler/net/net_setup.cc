@@ -6,8 +6,8 @@
 
 #include "common/log.h"
 #include "scheduler/jobs/pools.h"
-#include "worker/conntrack_flush.h"
-#include "worker/netns_setup.h"
+#include "worker/sandbox/conntrack_flush.h"
+#include "worker/sandbox/netns_setup.h"
 
 namespace sandpool {
 namespace {

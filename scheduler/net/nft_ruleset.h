@@ -2,7 +2,7 @@
 // pure code, no kernel. scheduler/net/net_firewall.h loads it; tests check it with `nft -c`.
 //
 // One table `inet sandpool_<tag>` in the host namespace. Every slot's host end is named
-// `sp<tag>-<template>-<slot>` (worker/netns_setup.h), so the rules match templates by name
+// `sp<tag>-<template>-<slot>` (worker/sandbox/netns_setup.h), so the rules match templates by name
 // prefix and the table never changes while the daemon runs: nothing is done per slot or per
 // job, and a job of a network template starts exactly like any other.
 //

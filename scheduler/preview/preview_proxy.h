@@ -6,7 +6,7 @@
 // daemon's loop.
 //
 // Start() binds the listening socket (as root), opens the binary (next to the running sandpoold,
-// or ../lib/sandpool/, as worker/nursery.h finds its library) and forks while the daemon has no
+// or ../lib/sandpool/, as worker/runners/nursery.h finds its library) and forks while the daemon has no
 // threads yet; the child execs that open file (execveat, no path looked up then) with an empty
 // environment and nothing but stdio (0 and 1 on /dev/null, 2 the daemon's log), the listening
 // socket and its end of a SOCK_SEQPACKET channel. The process drops to `uid` (its own host uid,

@@ -13,7 +13,7 @@
 // token. Tokens are found by a keyed hash of the token (a secret key of this process's), then
 // compared in constant time with the route's token, so no timing tells how much of a guess was
 // right. A known one is connected to the sandbox's address (where the slot's nat rule,
-// worker/netns_setup.h, hands it to 127.0.0.1), its head rewritten (http_head.h), and then bytes
+// worker/sandbox/netns_setup.h, hands it to 127.0.0.1), its head rewritten (http_head.h), and then bytes
 // are copied both ways until either side closes (WebSocket upgrades included).
 #pragma once
 

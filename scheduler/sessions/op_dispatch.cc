@@ -10,7 +10,7 @@
 #include "scheduler/net/port_exposure.h"
 #include "scheduler/redis/scripts.h"
 #include "scheduler/sessions/sessions.h"
-#include "worker/netns_setup.h"
+#include "worker/sandbox/netns_setup.h"
 
 namespace sandpool {
 

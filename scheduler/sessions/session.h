@@ -1,6 +1,6 @@
 // One running session's sandbox, as the daemon drives it (PROTOCOL.md sections 15-16): the
-// session keeper that holds it (worker/session_keeper.h) and the agent inside it
-// (worker/session_agent.h), both over loop channels, and what runs in it:
+// session keeper that holds it (worker/session/session_keeper.h) and the agent inside it
+// (worker/session/session_agent.h), both over loop channels, and what runs in it:
 //   - commands (`exec`): followed like a job (ProcessIo), their events published on the op's
 //     channel, a job result at the end; a timeout, cancel or output cap kills the command's
 //     process group, never the session;
@@ -39,7 +39,7 @@
 #include "scheduler/jobs/outcome.h"
 #include "scheduler/jobs/session_host.h"
 #include "scheduler/jobs/process_io.h"
-#include "worker/session_messages.h"
+#include "worker/ipc/session_messages.h"
 
 namespace sandpool {
 

@@ -2,7 +2,7 @@
 
 #include "scheduler/net/net_setup.h"
 #include "scheduler/net/port_exposure.h"
-#include "worker/netns_setup.h"
+#include "worker/sandbox/netns_setup.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-// libFuzzer harness: the frame parser of worker/channel.h. The input is a script a peer plays on
+// libFuzzer harness: the frame parser of worker/ipc/channel.h. The input is a script a peer plays on
 // one end of a socketpair, bytes and fds, while a Channel reads the other end with OnReadable as
 // the scheduler does. Script operations, one byte each then their arguments (a missing byte
 // reads as 0):
@@ -37,7 +37,7 @@
 
 #include "common/fd.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "worker/channel.h"
+#include "worker/ipc/channel.h"
 
 namespace sandpool {
 namespace {

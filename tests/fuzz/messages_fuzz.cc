@@ -1,4 +1,4 @@
-// libFuzzer harness: the Decode(std::string_view, XxxMsg*) overloads of worker/messages.h, the
+// libFuzzer harness: the Decode(std::string_view, XxxMsg*) overloads of worker/ipc/messages.h, the
 // payloads of the frames between the scheduler, the spawner and the keepers. Every input goes to
 // all seven decoders (a frame's type picks one, and a peer may send any payload with any type).
 // Properties, beyond "no crash, leak or UBSan report" and "never throws" (messages.h: a bad
@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "tests/fuzz/fuzz_check.h"
-#include "worker/messages.h"
+#include "worker/ipc/messages.h"
 
 namespace sandpool {
 namespace {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "queue/protocol.h"
-#include "worker/channel.h"
-#include "worker/messages.h"
+#include "worker/ipc/channel.h"
+#include "worker/ipc/messages.h"
 
 namespace sandpool {
 namespace {

@@ -167,7 +167,7 @@ def _cmdline(pid: int) -> bytes:
 
 
 def _is_nursery(pid: int) -> bool:
-    """A python template's nursery mother, or the init of a sandbox it cloned (worker/nursery.h):
+    """A python template's nursery mother, or the init of a sandbox it cloned (worker/runners/nursery.h):
     both run the interpreter as the slot's sandbox root, with "mother" as their last argument."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").endswith(b"\0mother")

@@ -86,7 +86,7 @@ def test_files_and_processes_live_between_calls_and_files_survive_stop(daemons, 
 
 def test_shell_lines_get_a_clean_process_even_when_the_shell_factory_is_killed(daemons, client):
     # A shell line runs in a warm shell that took its script from a memfd and was started by the
-    # agent's factory (worker/session_agent.cc). The line sees only its stdio, under any load;
+    # agent's factory (worker/session/session_agent.cc). The line sees only its stdio, under any load;
     # and if session code running as root kills the factory, the agent starts shells itself.
     daemons(workers=1, extra=SMALL)
     s = client.session("factory-1")

@@ -1,5 +1,5 @@
 // Slot with its real transport: the test plays the keeper on the other end of a socketpair
-// (worker/channel.h frames, the stdio pipes passed as fds, as a keeper does) while a real
+// (worker/ipc/channel.h frames, the stdio pipes passed as fds, as a keeper does) while a real
 // libevent loop drives the Slot. What a job's owner relies on, without a sandbox or Redis.
 #include "scheduler/jobs/slot.h"
 
@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "scheduler/redis/tests/loop_redis_test.h"  // RunLoopUntil
-#include "worker/channel.h"
-#include "worker/messages.h"
+#include "worker/ipc/channel.h"
+#include "worker/ipc/messages.h"
 
 namespace sandpool {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <cstdlib>
 
-#include "worker/conntrack_flush.h"
+#include "worker/sandbox/conntrack_flush.h"
 
 namespace sandpool {
 namespace {

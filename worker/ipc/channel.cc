@@ -1,0 +1,191 @@
+#include "worker/ipc/channel.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace sandpool {
+namespace {
+
+constexpr size_t kHeader = 8;
+
+void PutHeader(char* h, uint32_t len, uint16_t type, uint16_t nfds) {
+  for (int i = 0; i < 4; ++i) h[i] = static_cast<char>(len >> (8 * i));
+  h[4] = static_cast<char>(type);
+  h[5] = static_cast<char>(type >> 8);
+  h[6] = static_cast<char>(nfds);
+  h[7] = static_cast<char>(nfds >> 8);
+}
+
+}  // namespace
+
+Status Channel::Send(uint16_t type, std::string_view payload, const std::vector<int>& fds) {
+  if (!fd_.valid()) return Status::Error("channel closed");
+  if (payload.size() > kMaxPayload || fds.size() > kMaxFds) return Status::Error("frame too large");
+  char header[kHeader];
+  PutHeader(header, static_cast<uint32_t>(payload.size()), type, static_cast<uint16_t>(fds.size()));
+
+  // Anything already queued must go first; then this frame can only be appended.
+  if (HasQueued()) {
+    if (!fds.empty()) {
+      // Must not send fds ahead of queued bytes: drain first (the queue is small in practice).
+      SP_RETURN_IF_ERROR(Flush());
+      if (HasQueued()) return Status::Error("channel congested; cannot attach fds", EAGAIN);
+    } else {
+      out_.append(header, kHeader);
+      out_.append(payload);
+      return Flush();
+    }
+  }
+
+  struct iovec iov[2] = {{header, kHeader}, {const_cast<char*>(payload.data()), payload.size()}};
+  size_t total = kHeader + payload.size();
+  alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  struct msghdr msg = {};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = payload.empty() ? 1 : 2;
+  if (!fds.empty()) {
+    msg.msg_control = cbuf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  ssize_t n;
+  do {
+    n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno != EAGAIN) return ErrnoStatus("sendmsg");
+    if (!fds.empty()) return Status::Error("channel congested; cannot attach fds", EAGAIN);
+    n = 0;
+  }
+  if (static_cast<size_t>(n) == total) return Status::Ok();
+  // Short write: queue the rest (header and payload as one contiguous tail).
+  std::string rest(header, kHeader);
+  rest.append(payload);
+  out_.append(rest, static_cast<size_t>(n), std::string::npos);
+  return Flush();
+}
+
+Status Channel::Flush() {
+  while (HasQueued()) {
+    ssize_t n = ::send(fd_.get(), out_.data() + out_off_, out_.size() - out_off_, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return Status::Ok();
+      return ErrnoStatus("send");
+    }
+    out_off_ += static_cast<size_t>(n);
+  }
+  out_.clear();
+  out_off_ = 0;
+  return Status::Ok();
+}
+
+Status Channel::ReadSome(bool* eof, bool* would_block, int flags) {
+  *eof = false;
+  *would_block = false;
+  char buf[65536];
+  alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFds * 2)];
+  struct iovec iov = {buf, sizeof buf};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cbuf;
+  msg.msg_controllen = sizeof cbuf;
+  ssize_t n;
+  do {
+    n = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC | flags);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno == EAGAIN) {
+      *would_block = true;
+      return Status::Ok();
+    }
+    return ErrnoStatus("recvmsg");
+  }
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        in_fds_.emplace_back(fd);
+      }
+    }
+  }
+  if (msg.msg_flags & MSG_CTRUNC) return Status::Error("recvmsg: control data truncated");
+  if (n == 0) {
+    *eof = true;
+    return Status::Ok();
+  }
+  in_.append(buf, static_cast<size_t>(n));
+  return Status::Ok();
+}
+
+bool Channel::TakeFrame(Frame* f, Status* err) {
+  if (in_.size() < kHeader) return false;
+  const auto* h = reinterpret_cast<const unsigned char*>(in_.data());
+  uint32_t len = h[0] | (h[1] << 8) | (h[2] << 16) | (uint32_t{h[3]} << 24);
+  uint16_t type = static_cast<uint16_t>(h[4] | (h[5] << 8));
+  uint16_t nfds = static_cast<uint16_t>(h[6] | (h[7] << 8));
+  if (len > kMaxPayload || nfds > kMaxFds) {
+    *err = Status::Error("channel: malformed frame header");
+    return false;
+  }
+  if (in_.size() < kHeader + len) return false;
+  if (in_fds_.size() < nfds) {
+    *err = Status::Error("channel: frame declares more fds than were received");
+    return false;
+  }
+  f->type = type;
+  f->payload.assign(in_, kHeader, len);
+  f->fds.clear();
+  for (uint16_t i = 0; i < nfds; ++i) {
+    f->fds.push_back(std::move(in_fds_.front()));
+    in_fds_.pop_front();
+  }
+  in_.erase(0, kHeader + len);
+  return true;
+}
+
+Result<Frame> Channel::Receive() {
+  for (;;) {
+    Frame f;
+    Status err;
+    if (TakeFrame(&f, &err)) return f;
+    if (!err.ok()) return err;
+    bool eof, would_block;
+    SP_RETURN_IF_ERROR(ReadSome(&eof, &would_block, 0));
+    if (eof) return Status::Error("channel: peer closed");
+    if (would_block) return Status::Error("channel: socket is non-blocking", EAGAIN);
+  }
+}
+
+Status Channel::OnReadable(std::vector<Frame>* out) {
+  for (;;) {
+    bool eof, would_block;
+    // MSG_DONTWAIT: a frame that arrived in part stays buffered here, whatever the fd's mode,
+    // so a reader never blocks waiting for the rest of it.
+    Status s = ReadSome(&eof, &would_block, MSG_DONTWAIT);
+    for (;;) {
+      Frame f;
+      Status err;
+      if (!TakeFrame(&f, &err)) {
+        if (!err.ok()) return err;
+        break;
+      }
+      out->push_back(std::move(f));
+    }
+    if (!s.ok()) return s;
+    if (eof) return Status::Error("channel: peer closed");
+    if (would_block) return Status::Ok();
+  }
+}
+
+}  // namespace sandpool

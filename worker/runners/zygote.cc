@@ -1,0 +1,306 @@
+#include "worker/runners/zygote.h"
+
+#include "common/log.h"
+
+namespace sandpool {
+namespace {
+
+// sh/bash: report ready, read the script to EOF, eval it. The script (ZygotePayload) closes
+// fd 3 itself when the job starts. __sp_s stays set: eval reads from it while it runs.
+constexpr const char* kShellZygote =
+    "printf R >&3\n"
+    "__sp_s=\n"
+    "while IFS= read -r __sp_l <&3; do __sp_s=\"$__sp_s$__sp_l\n\"; done\n"
+    "unset __sp_l\n"
+    "eval \"$__sp_s\"\n";
+
+// A session's warm shell (zygote.h): ready, the go (EOF on fd 3), then the script from fd 4.
+constexpr const char* kSessionShell =
+    "printf R >&3\n"
+    "read -r __sp_l <&3\n"
+    "unset __sp_l\n"
+    ". /proc/self/fd/4\n";
+
+// Python: the modules most snippets import are loaded, then the heap is frozen so the job's
+// first collections do not walk them.
+// Started as `python3 -c SCRIPT` it is a zygote as above; as `python3 -c SCRIPT mother`, the
+// template's nursery mother (nursery.h), which returns from _sandpool_mother() only in each
+// job's process, a clone confined by the nursery library, to carry on as a zygote.
+constexpr const char* kPythonZygote = R"py(
+import os, sys
+def _sandpool_preload():
+    # What most snippets import, and nothing slow to load: without a nursery every sandbox pays
+    # for the preload while it is prepared (measured: ~60 modules cost ~65 ms of CPU).
+    import errno, gc, json, types, traceback
+    import re, math, collections, itertools, functools, datetime, random, string, time, io, struct, base64
+def _sandpool_mother():
+    import ctypes, gc, signal, socket, struct
+    gc.disable()
+    lib = ctypes.PyDLL("/proc/self/fd/4")
+    os.close(4)
+    sock = socket.socket(fileno=3)
+    sock.sendall(b"R")
+    def recv_exact(n):
+        b = b""
+        while len(b) < n:
+            c = sock.recv(n - len(b))
+            if not c:
+                os._exit(0)
+            b += c
+        return b
+    hdr = recv_exact(5)
+    if hdr[:1] != b"C":
+        os._exit(2)
+    blob = recv_exact(struct.unpack("=I", hdr[1:])[0])
+    if lib.sandpool_nursery_configure(blob, len(blob)) != 0:
+        os._exit(2)
+    def reap(signum, frame):
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+    signal.signal(signal.SIGCHLD, reap)
+    fds = (ctypes.c_int * 6)()
+    # Copy-on-write discipline: every job's process shares this heap, and each page a job
+    # writes is copied for it. No collection from here on touches the mother's objects
+    # (frozen), and the job's process turns collection back on for its own.
+    gc.collect()
+    gc.freeze()
+    while True:
+        msg, got, _, _ = socket.recv_fds(sock, 1, 6)
+        if not msg:
+            os._exit(0)
+        if msg != b"N" or len(got) != 6:
+            for fd in got:
+                os.close(fd)
+            sock.sendall(b"E")
+            continue
+        for i, fd in enumerate(got):
+            fds[i] = fd
+        pid = lib.sandpool_nursery_spawn(fds, 6, 3)  # sends the keeper 'P' itself
+        if pid == 0:
+            ctypes.pythonapi.PyOS_AfterFork_Child()
+            sock.detach()
+            gc.enable()
+            # The dispositions a fresh python3 has (the job's confinement reset them all).
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            return
+        for fd in got:
+            os.close(fd)
+        if pid < 0:
+            sock.sendall(b"E")
+def _sandpool_zygote():
+    _sandpool_preload()
+    import errno, gc, json, types, traceback
+    os.set_inheritable(3, False)
+    # A rehearsal of what every job does (decode the job, compile, run, write, flush), while the
+    # sandbox waits: the pages it writes are copied from the mother's now, not on the job's path.
+    _r = types.ModuleType("__main__")
+    exec(compile(json.loads('{"code": "x = [1]\\ny = str(x)"}')["code"], "<string>", "exec"), _r.__dict__)
+    sys.stdout.write("")
+    sys.stdout.flush()
+    del _r
+    gc.collect()
+    gc.freeze()
+    os.write(3, b"R")
+    chunks = []
+    while True:
+        b = os.read(3, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    job = json.loads(b"".join(chunks))
+    env = job["env"]
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        os.chdir(job["cwd"])
+    except OSError as e:
+        os.write(3, b"E%d cwd\n" % e.errno)
+        os._exit(126)
+    os.write(3, b"S")
+    if job["kind"] != "code":
+        argv = job["argv"]
+        try:
+            os.execvpe(argv[0], argv, env)  # fd 3 is close-on-exec: its closing is "started"
+        except OSError as e:
+            os.write(3, b"E%d exec\n" % e.errno)
+            os._exit(127 if e.errno == errno.ENOENT else 126)
+    os.close(3)
+    sys.argv = ["-c"]
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    status = 0
+    try:
+        code = compile(job["code"], "<string>", "exec")
+        exec(code, main.__dict__)
+    except SystemExit as e:
+        if e.code is None:
+            status = 0
+        elif isinstance(e.code, int):
+            status = e.code & 0xff
+        else:
+            print(e.code, file=sys.stderr)
+            status = 1
+    except BaseException:
+        et, ev, tb = sys.exc_info()
+        traceback.print_exception(et, ev, tb.tb_next if tb is not None else None)
+        status = 1
+    # What interpreter shutdown would do for the job (non-daemon threads, atexit handlers,
+    # flushing), without tearing the interpreter down: the sandbox is discarded anyway.
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            status = status or 120
+    os._exit(status)
+if sys.argv[1:] == ["mother"]:
+    _sandpool_preload()
+    _sandpool_mother()
+_sandpool_zygote()
+)py";
+
+constexpr const char* kNodeZygote = R"js(
+'use strict';
+const fs = require('fs');
+for (const m of ['path', 'os', 'util', 'crypto', 'events', 'stream', 'url', 'zlib', 'assert', 'buffer',
+                 'querystring', 'readline', 'string_decoder', 'timers', 'child_process', 'vm', 'net']) require(m);
+fs.writeSync(3, 'R');
+const chunks = [];
+const buf = Buffer.alloc(65536);
+for (;;) {
+  let n;
+  try { n = fs.readSync(3, buf, 0, buf.length, null); } catch (e) { if (e.code === 'EAGAIN') continue; throw e; }
+  if (n === 0) break;
+  chunks.push(Buffer.from(buf.subarray(0, n)));
+}
+const job = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+for (const k of Object.keys(process.env)) delete process.env[k];
+Object.assign(process.env, job.env);
+try { process.chdir(job.cwd); } catch (e) { fs.writeSync(3, 'E' + (-e.errno || 2) + ' cwd\n'); process.exit(126); }
+fs.writeSync(3, 'S');
+if (job.kind !== 'code') {
+  const r = require('child_process').spawnSync(job.argv[0], job.argv.slice(1), { stdio: 'inherit', env: job.env });
+  if (r.error) {
+    const err = -r.error.errno || 2;
+    fs.writeSync(3, 'E' + err + ' exec\n');
+    process.exit(err === 2 ? 127 : 126);
+  }
+  fs.closeSync(3);
+  if (r.signal) process.kill(process.pid, r.signal);
+  process.exit(r.status);
+}
+fs.closeSync(3);
+process.argv = [process.argv[0]];
+require('vm').runInThisContext(job.code, { filename: '[eval]' });
+)js";
+
+void AppendJsonStringArray(std::string& out, const std::vector<std::string>& items) {
+  out += '[';
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out += ',';
+    AppendJsonString(out, items[i]);
+  }
+  out += ']';
+}
+
+}  // namespace
+
+const RuntimeInfo* TemplateRuntime(const std::string& name) {
+  if (name.empty() || name == "none") return nullptr;
+  return FindRuntime(name);
+}
+
+std::vector<std::string> ZygoteCommand(const RuntimeInfo& r) {
+  if (r.name == "sh") return {r.interpreter, "-c", kShellZygote, "sh"};
+  if (r.name == "bash") return {r.interpreter, "--norc", "--noprofile", "-c", kShellZygote, "bash"};
+  if (r.name == "python") return {r.interpreter, "-c", kPythonZygote};
+  return {r.interpreter, "-e", kNodeZygote};
+}
+
+std::vector<std::string> SessionShellCommand() {
+  return {FindRuntime("sh")->interpreter, "-c", kSessionShell, "sh"};
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  out += '\'';
+  return out;
+}
+
+std::string ZygotePayload(const RuntimeInfo& r, const RunMsg& run) {
+  if (r.name == "sh" || r.name == "bash") {
+    std::string script;
+    script += "cd -- " + ShellQuote(run.cwd) + " 2>/dev/null || { printf 'E2 cwd\\n' >&3; exit 126; }\n";
+    script += "unset OLDPWD\n";  // cd set it; sh -c would not have it
+    for (const std::string& e : run.env) script += "export " + ShellQuote(e) + "\n";
+    if (run.kind == "argv") {
+      // Like execve with a PATH search: only an executable file counts (not a builtin, a
+      // function or a directory), and the shell's PWD is not passed on.
+      const std::string& prog = run.argv[0];
+      std::string words;
+      for (const std::string& a : run.argv) words += " " + ShellQuote(a);
+      bool own_pwd = false;
+      for (const std::string& e : run.env) own_pwd |= e.rfind("PWD=", 0) == 0;
+      // execve's errors, as execvp reports them: a file that exists but cannot be executed (a
+      // directory, no x bit) is EACCES and 126; one that is nowhere is ENOENT and 127.
+      const std::string q = ShellQuote(prog);
+      if (prog.find('/') != std::string::npos) {
+        script += "if [ -f " + q + " ] && [ -x " + q + " ]; then :; elif [ -e " + q +
+                  " ]; then printf 'E13 exec\\n' >&3; exit 126; else printf 'E2 exec\\n' >&3; exit 127; fi\n";
+      } else {
+        script += "__sp_p=; __sp_e=2; __sp_ifs=$IFS; IFS=:; for __sp_d in ${PATH:-/usr/bin:/bin}; do "
+                  "if [ -f \"${__sp_d:-.}/\"" + q + " ] && [ -x \"${__sp_d:-.}/\"" + q +
+                  " ]; then __sp_p=x; break; elif [ -e \"${__sp_d:-.}/\"" + q + " ]; then __sp_e=13; fi; done; "
+                  "IFS=$__sp_ifs\n"
+                  "if [ -z \"$__sp_p\" ]; then printf 'E%s exec\\n' \"$__sp_e\" >&3; "
+                  "if [ \"$__sp_e\" = 2 ]; then exit 127; fi; exit 126; fi\n";
+      }
+      if (!own_pwd) script += "unset PWD\n";
+      script += "printf S >&3; exec 3>&-; exec" + words + "\n";
+    } else {
+      // shell line, or code for this shell's own runtime
+      script += "printf S >&3; exec 3>&-\n";
+      script += run.code;
+      script += "\n";
+    }
+    return script;
+  }
+  std::string json = "{\"kind\":";
+  AppendJsonString(json, run.kind);
+  json += ",\"code\":";
+  AppendJsonString(json, run.code);
+  json += ",\"argv\":";
+  AppendJsonStringArray(json, run.argv);
+  json += ",\"cwd\":";
+  AppendJsonString(json, run.cwd);
+  json += ",\"env\":{";
+  for (size_t i = 0; i < run.env.size(); ++i) {
+    size_t eq = run.env[i].find('=');
+    if (i) json += ',';
+    AppendJsonString(json, run.env[i].substr(0, eq));
+    json += ':';
+    AppendJsonString(json, eq == std::string::npos ? "" : run.env[i].substr(eq + 1));
+  }
+  json += "}}";
+  return json;
+}
+
+}  // namespace sandpool
