@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "scheduler/redis/tests/loop_redis_test.h"
-#include "worker/channel.h"
-#include "worker/wire.h"
+#include "worker/ipc/channel.h"
+#include "worker/ipc/wire.h"
 
 namespace sandpool {
 namespace {

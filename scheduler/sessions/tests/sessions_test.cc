@@ -21,8 +21,8 @@
 
 #include "scheduler/redis/tests/loop_redis_test.h"
 #include "tests/support/manual_clock.h"
-#include "worker/channel.h"
-#include "worker/wire.h"
+#include "worker/ipc/channel.h"
+#include "worker/ipc/wire.h"
 
 namespace sandpool {
 namespace {
