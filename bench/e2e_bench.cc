@@ -3,6 +3,8 @@
 //
 // Every measurement prints one JSON line on stdout (the same shape as bench/peers/*.mjs) and a
 // human-readable row on stderr. bench/run.sh starts Redis and the daemon and calls this.
+// Longer than 800 lines on purpose: one driver for sandpool and every peer, so all of them are
+// timed by the same code (the ratios are only fair that way).
 //
 //   sandpool_bench --redis unix:///tmp/x.sock --modes latency,throughput,peers [options]
 //

@@ -1,6 +1,10 @@
 /**
  * Protocol v1 codecs (docs/PROTOCOL.md): the job map, the result map and live events.
  *
+ * Longer than 800 lines on purpose: it is the one place every job field, result field and event
+ * is encoded and checked, each next to its table (as Python's protocol.py); split, the field
+ * lists and their decoders would drift apart, which is what one source of truth prevents.
+ *
  * Pure data and functions, no I/O. Contracts (the same as the Python client's protocol.py):
  *
  * - {@link buildJobMap} returns an object whose key order is the field order of PROTOCOL.md

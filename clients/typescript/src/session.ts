@@ -2,6 +2,10 @@
  * Sessions (PROTOCOL.md sections 12-19): long-lived sandboxes bound to a client-chosen id, driven
  * by operations sent to the daemon that holds them.
  *
+ * Longer than 800 lines on purpose: one method per operation of PROTOCOL.md 15 (44 of them), each
+ * a few lines over the shared sending path; the encodings (session_protocol.ts), options
+ * (session_options.ts) and process handles (process.ts) already live elsewhere.
+ *
  * A {@link Session} is a name plus the client's connections: it holds no connection of its own
  * and no state a reconnecting client would need (every operation looks the session's daemon up
  * in its record, `sandpool:session:<sid>`, then sends to that daemon's stream). Each operation
