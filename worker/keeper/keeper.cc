@@ -26,6 +26,7 @@
 #include "worker/ipc/messages.h"
 #include "worker/ipc/stub_protocol.h"
 #include "worker/runners/nursery.h"
+#include "worker/runners/nursery_wire.h"
 #include "worker/runners/zygote.h"
 #include "worker/sandbox/conntrack_flush.h"
 #include "worker/sandbox/netns_setup.h"

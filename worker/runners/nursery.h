@@ -23,7 +23,7 @@
 //
 // Keeper <-> mother, over the mother's stub socket:
 //   mother -> keeper  'R'                         ready (modules and library loaded)
-//   keeper -> mother  'C' u32 length, config       once: EncodeNurseryConfig
+//   keeper -> mother  'C' u32 length, config       once: EncodeNurseryConfig (nursery_wire.h)
 //   keeper -> mother  'N' + 6 fds (SCM_RIGHTS)     make a sandbox; the fds are init's 3-8
 //   mother -> keeper  'P' + init's pidfd           init exists, waiting for the keeper's go;
 //                                                  or 'E' if it could not be cloned
@@ -57,10 +57,6 @@ bool NurseryApplies(const SandboxConfig& config);
 // The command line a mother's sandbox execs (PrepareSandbox's `command`, with the library): the
 // python zygote (zygote.h) in its mother mode.
 std::vector<std::string> NurseryMotherCommand();
-
-// What a mother needs to set up its children: the inside-the-sandbox part of `config`, and the
-// seccomp filter. DecodeNurseryConfig (nursery_mother.h) is the inverse.
-std::string EncodeNurseryConfig(const SandboxConfig& config, const SeccompProgram& seccomp);
 
 // The keeper's side: sends `config` once to a freshly ready mother.
 Status SendNurseryConfig(int mother, const std::string& blob);

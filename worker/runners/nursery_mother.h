@@ -12,9 +12,6 @@
 
 namespace sandpool {
 
-// The inverse of EncodeNurseryConfig (nursery.h), in the mother.
-Status DecodeNurseryConfig(std::string_view blob, SandboxConfig* config, SeccompProgram* seccomp);
-
 // Inside a mother and its children; the library's C interface (nursery_lib.cc) calls these.
 // NurseryConfigure, in the mother, once: decodes the keeper's config blob; 0 or -EINVAL.
 // NurserySpawn, in the mother (`sock` its socket to the keeper): makes one sandbox. init is
