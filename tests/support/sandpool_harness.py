@@ -285,7 +285,14 @@ def wait_results(r: redis.Redis, ids: Iterable[str], timeout: float) -> Dict[str
                     out[i] = res
         return len(out) == len(ids)
 
-    wait_for(all_done, timeout, f"{len(ids)} results ({len(out)} so far)", interval=0.1)
+    try:
+        wait_for(all_done, timeout, f"{len(ids)} results", interval=0.1)
+    except AssertionError:
+        # Say how far it got, and where the missing ones stand (their job hashes), at the time.
+        missing = [i for i in ids if i not in out]
+        where = {i: r.hgetall(f"sandpool:job:{i}") for i in missing[:5]}
+        raise AssertionError(f"timed out after {timeout}s waiting for {len(ids)} results: {len(out)} came; "
+                             f"the first missing: {where}") from None
     return out
 
 
