@@ -31,6 +31,13 @@ Daemon::Daemon(const DaemonConfig& config, struct event_base* base, SpawnerHandl
     : config_(config), base_(base), spawner_(std::move(spawner)), layout_(std::move(layout)), keys_(config.prefix) {}
 
 Daemon::~Daemon() {
+  // The connections close first (Stop does too; a Daemon destroyed without it must not differ):
+  // the replies they still owe run, with nothing, while the ledger, reader and sessions they call
+  // back into still exist. Members are destroyed in the reverse order of declaration, which
+  // would free those first.
+  for (RedisAsync* c : {cmd_.get(), reader_.get(), sub_.get()}) {
+    if (c != nullptr) c->Close();
+  }
   for (struct event* e : signal_evs_) event_free(e);
   if (heartbeat_ev_) event_free(heartbeat_ev_);
   if (grace_ev_) event_free(grace_ev_);

@@ -84,6 +84,9 @@ class SessionsTest : public LoopRedisTest {
   }
   void TearDown() override {
     if (sessions_) sessions_->Close();
+    // As the daemon's Stop: the connection goes first, so the replies it still owes (answered
+    // with nothing as it closes) reach a ledger and sessions that still exist.
+    if (cmd_) cmd_->Close();
     sessions_.reset();
     ledger_.reset();
     LoopRedisTest::TearDown();
