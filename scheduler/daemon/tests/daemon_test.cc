@@ -8,47 +8,23 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <msgpack.hpp>
 
-#include <deque>
 #include <filesystem>
 
 #include "queue/protocol.h"
+#include "scheduler/jobs/tests/channel_peer.h"
 #include "scheduler/redis/tests/loop_redis_test.h"
-#include "worker/ipc/channel.h"
 #include "worker/ipc/messages.h"
 
 namespace sandpool {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The frames a channel received, for a test that waits on several at once (frames that arrive
-// in one read wait here instead of in the Channel, where poll cannot see them).
-struct Inbox {
-  Channel ch;
-  std::deque<Frame> frames;
-  bool Poll() {
-    struct pollfd p = {ch.fd(), POLLIN, 0};
-    if (ch.valid() && ::poll(&p, 1, 0) == 1) {
-      std::vector<Frame> got;
-      (void)ch.OnReadable(&got);
-      for (Frame& f : got) frames.push_back(std::move(f));
-    }
-    return !frames.empty();
-  }
-  Frame Take() {
-    Frame f = std::move(frames.front());
-    frames.pop_front();
-    return f;
-  }
-};
 
 class DaemonTest : public ::testing::Test {
  protected:
@@ -73,12 +49,11 @@ class DaemonTest : public ::testing::Test {
     t.min_workers = 1;
     t.max_workers = 1;
     config_.templates.push_back(t);
-    int sv[2];
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    spawner_.ch = Channel(UniqueFd(sv[1]));
+    auto [theirs, ours] = ChannelPeer::Make();
+    spawner_ = std::move(ours);
     SpawnerHandle handle;
     handle.pid = -1;  // no process: nothing is signalled
-    handle.channel.reset(sv[0]);
+    handle.channel = std::move(theirs);
     daemon_ = std::make_unique<Daemon>(config_, base_, std::move(handle), CgroupLayout{});
     Status s = daemon_->Start();
     ASSERT_TRUE(s.ok()) << s.message();
@@ -90,31 +65,16 @@ class DaemonTest : public ::testing::Test {
   }
 
   bool RunUntil(const std::function<bool()>& done) { return RunLoopUntil(base_, done); }
-  Frame Next(Inbox& in) {
+  Frame Next(ChannelPeer& in) {
     EXPECT_TRUE(RunUntil([&] { return in.Poll(); }));
     return in.frames.empty() ? Frame{} : in.Take();
   }
-  // The spawner's answer to a keeper request: the keeper's channel (the test keeps its end) and
-  // a pidfd that is /dev/null.
-  Inbox StartKeeper(uint32_t slot) {
-    int sv[2];
-    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    UniqueFd ours(sv[0]);
-    UniqueFd pidfd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    EXPECT_TRUE(spawner_.ch.Send(static_cast<uint16_t>(MsgType::kKeeper), Encode(KeeperMsg{slot, 4242}),
-                                 {ours.get(), pidfd.get()})
-                    .ok());
-    Inbox keeper;
-    keeper.ch = Channel(UniqueFd(sv[1]));
-    return keeper;
-  }
-
   TestRedisServer server_;
   std::unique_ptr<SyncRedis> sync_;
   std::string dir_;
   struct event_base* base_ = nullptr;
   DaemonConfig config_;
-  Inbox spawner_;
+  ChannelPeer spawner_;
   std::unique_ptr<Daemon> daemon_;
 };
 
@@ -123,14 +83,14 @@ TEST_F(DaemonTest, AJobGoesFromItsQueueEntryThroughAKeeperToItsStoredResult) {
   ASSERT_EQ(spawn.type, static_cast<uint16_t>(MsgType::kSpawnKeeper));
   SpawnKeeperMsg want;
   ASSERT_TRUE(Decode(spawn.payload, &want).ok());
-  Inbox keeper = StartKeeper(want.slot);
+  ChannelPeer keeper = KeeperStarted(spawner_, want.slot);
   // A prepared sandbox: the slot gets its stdio pipes.
   int in[2], out[2], err[2];
   ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
   ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
   ASSERT_EQ(pipe2(err, O_CLOEXEC), 0);
   ASSERT_TRUE(
-      keeper.ch.Send(static_cast<uint16_t>(MsgType::kReady), Encode(ReadyMsg{1, 10}), {in[1], out[0], err[0]}).ok());
+      keeper.Send(static_cast<uint16_t>(MsgType::kReady), Encode(ReadyMsg{1, 10}), {in[1], out[0], err[0]}).ok());
   for (int fd : {in[0], in[1], out[0], err[0]}) ::close(fd);
 
   msgpack::sbuffer job;
@@ -147,7 +107,7 @@ TEST_F(DaemonTest, AJobGoesFromItsQueueEntryThroughAKeeperToItsStoredResult) {
   ASSERT_TRUE(Decode(run.payload, &m).ok());
   EXPECT_EQ(m.generation, 1u);
   EXPECT_EQ(m.argv, (std::vector<std::string>{"echo", "hi"}));
-  ASSERT_TRUE(keeper.ch.Send(static_cast<uint16_t>(MsgType::kStarted), Encode(GenerationMsg{1})).ok());
+  ASSERT_TRUE(keeper.Send(static_cast<uint16_t>(MsgType::kStarted), Encode(GenerationMsg{1})).ok());
   ASSERT_EQ(::write(out[1], "hi\n", 3), 3);
   ::close(out[1]);
   ::close(err[1]);
@@ -156,7 +116,7 @@ TEST_F(DaemonTest, AJobGoesFromItsQueueEntryThroughAKeeperToItsStoredResult) {
   x.have_status = true;
   x.started = true;
   x.wait_status = 0;  // exited 0
-  ASSERT_TRUE(keeper.ch.Send(static_cast<uint16_t>(MsgType::kExited), Encode(x)).ok());
+  ASSERT_TRUE(keeper.Send(static_cast<uint16_t>(MsgType::kExited), Encode(x)).ok());
 
   std::optional<JobResult> result;
   ASSERT_TRUE(RunUntil([&] {

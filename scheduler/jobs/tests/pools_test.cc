@@ -9,14 +9,10 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <deque>
-
+#include "scheduler/jobs/tests/channel_peer.h"
 #include "scheduler/redis/tests/loop_redis_test.h"  // RunLoopUntil
-#include "worker/ipc/channel.h"
 #include "worker/ipc/messages.h"
 
 namespace sandpool {
@@ -34,12 +30,11 @@ class PoolsTest : public ::testing::Test {
     config_.max_sandboxes = 8;
     config_.memory_budget_bytes = 64ull << 30;
     pools_ = std::make_unique<Pools>(base_, config_, &metrics_);
-    int sv[2];
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    spawner_ = Channel(UniqueFd(sv[1]));
+    auto [theirs, ours] = ChannelPeer::Make();
+    spawner_ = std::move(ours);
     SlotHooks hooks;
     hooks.on_ready = [this](Slot&) { ++ready_; };
-    Status s = pools_->Start(UniqueFd(sv[0]), hooks, [this](const Status&) { ++spawner_lost_; });
+    Status s = pools_->Start(std::move(theirs), hooks, [this](const Status&) { ++spawner_lost_; });
     ASSERT_TRUE(s.ok()) << s.message();
   }
   void TearDown() override {
@@ -48,25 +43,10 @@ class PoolsTest : public ::testing::Test {
   }
 
   bool RunUntil(const std::function<bool()>& done) { return RunLoopUntil(base_, done); }
-  static bool Readable(int fd) {
-    struct pollfd p = {fd, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 1;
-  }
-  // The next request Pools sent to the spawner (requests sent together arrive in one read: the
-  // ones after the first wait in `requests_`).
+  // The next request Pools sent to the spawner.
   Frame FromPools() {
-    EXPECT_TRUE(RunUntil([&] {
-      if (requests_.empty() && Readable(spawner_.fd())) {
-        std::vector<Frame> got;
-        EXPECT_TRUE(spawner_.OnReadable(&got).ok());
-        for (Frame& f : got) requests_.push_back(std::move(f));
-      }
-      return !requests_.empty();
-    }));
-    if (requests_.empty()) return {};
-    Frame f = std::move(requests_.front());
-    requests_.pop_front();
-    return f;
+    EXPECT_TRUE(RunUntil([&] { return spawner_.Poll(); }));
+    return spawner_.frames.empty() ? Frame{} : spawner_.Take();
   }
   SpawnKeeperMsg SpawnRequest() {
     Frame f = FromPools();
@@ -75,20 +55,10 @@ class PoolsTest : public ::testing::Test {
     EXPECT_TRUE(Decode(f.payload, &m).ok());
     return m;
   }
-  // The spawner's answer: keeper `slot` started; the test keeps the keeper's end of its channel.
-  // Its "pidfd" is /dev/null: nothing here may be signalled.
-  Channel Started(uint32_t slot) {
-    int sv[2];
-    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    UniqueFd ours(sv[0]);
-    UniqueFd pidfd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    EXPECT_TRUE(spawner_.Send(static_cast<uint16_t>(MsgType::kKeeper), Encode(KeeperMsg{slot, 4242}),
-                              {ours.get(), pidfd.get()})
-                    .ok());
-    return Channel(UniqueFd(sv[1]));
-  }
+  // The spawner's answer: keeper `slot` started; the test plays it.
+  ChannelPeer Started(uint32_t slot) { return KeeperStarted(spawner_, slot); }
   // A keeper's Ready: a prepared sandbox's stdio pipes go to its slot.
-  static void Ready(Channel& keeper) {
+  static void Ready(ChannelPeer& keeper) {
     int in[2], out[2], err[2];
     ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
     ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
@@ -101,8 +71,7 @@ class PoolsTest : public ::testing::Test {
   DaemonConfig config_;
   Metrics metrics_;
   std::unique_ptr<Pools> pools_;
-  Channel spawner_;
-  std::deque<Frame> requests_;
+  ChannelPeer spawner_;
   int ready_ = 0, spawner_lost_ = 0;
 };
 
@@ -112,18 +81,18 @@ TEST_F(PoolsTest, StartAsksForTheMinimumAndAKeeperThatDiesIsAskedForAgain) {
   EXPECT_FALSE(a.session);
   EXPECT_NE(a.slot, b.slot) << "a slot number is one sandbox's";
   EXPECT_EQ(pools_->PoolSize(0), 2u);
-  Channel ka = Started(a.slot), kb = Started(b.slot);
+  ChannelPeer ka = Started(a.slot), kb = Started(b.slot);
   Ready(ka);
   Ready(kb);
   ASSERT_TRUE(RunUntil([&] { return pools_->ReadyCount(0) == 2; }));
   EXPECT_EQ(ready_, 2);
   EXPECT_NE(pools_->ReadySlot(0), nullptr);
 
-  ka.Close();  // keeper a died: its slot is no longer ready, and a keeper is asked for it again
+  ka.ch.Close();  // keeper a died: its slot is no longer ready, and a keeper is asked for it again
   SpawnKeeperMsg again = SpawnRequest();
   EXPECT_EQ(again.slot, a.slot);
   EXPECT_EQ(pools_->ReadyCount(0), 1u);
-  Channel ka2 = Started(again.slot);
+  ChannelPeer ka2 = Started(again.slot);
   Ready(ka2);
   ASSERT_TRUE(RunUntil([&] { return pools_->ReadyCount(0) == 2; }));
 }
@@ -136,7 +105,7 @@ TEST_F(PoolsTest, SessionKeepersAndDisksComeBackToWhoAskedAndTheBudgetIsShared) 
   SpawnKeeperMsg m = SpawnRequest();
   EXPECT_TRUE(m.session);
   EXPECT_GE(m.slot, pools_->SessionSlotBase()) << "session keepers never take a pool slot's uids";
-  Channel keeper = Started(m.slot);
+  ChannelPeer keeper = Started(m.slot);
   ASSERT_TRUE(RunUntil([&] { return got.has_value(); }));
   EXPECT_EQ(got->slot, m.slot);
   EXPECT_EQ(got->pid, 4242);
@@ -170,7 +139,7 @@ TEST_F(PoolsTest, WhenTheSpawnerGoesWhoeverWaitsHearsNothingIsComing) {
   std::optional<std::string> made;
   pools_->SpawnSessionKeeper(0, [&](SessionHost::KeeperHandle k) { got = std::move(k); });
   pools_->MakeDisk("/state/s-2/disk.img", 1 << 30, "", [&](std::string error, uint64_t) { made = error; });
-  spawner_.Close();
+  spawner_.ch.Close();
   ASSERT_TRUE(RunUntil([&] { return got.has_value() && made.has_value(); }));
   EXPECT_FALSE(got->channel.valid());
   EXPECT_FALSE(made->empty());

@@ -7,12 +7,11 @@
 
 #include <event2/event.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "scheduler/jobs/tests/channel_peer.h"
 #include "scheduler/redis/tests/loop_redis_test.h"
-#include "worker/ipc/channel.h"
 #include "worker/ipc/wire.h"
 
 namespace sandpool {
@@ -32,9 +31,10 @@ class SessionTest : public ::testing::Test {
     return {UniqueFd(sv[0]), UniqueFd(sv[1])};
   }
 
-  static bool Readable(int fd) {
-    struct pollfd p = {fd, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 1;
+  // The keeper's next frame, running the loop until it is there.
+  Frame FromSession() {
+    EXPECT_TRUE(RunLoopUntil(base_, [this] { return keeper_.Poll(); }));
+    return keeper_.frames.empty() ? Frame{} : keeper_.Take();
   }
   // Starts a Session whose keeper is the test's `keeper_` channel; the test reads its Start.
   void Start() {
@@ -47,8 +47,8 @@ class SessionTest : public ::testing::Test {
     hooks.process_channel = [](std::string_view pid) { return std::string(pid); };
     session_ = std::make_unique<Session>(base_, "s1", "host", std::vector<std::pair<std::string, std::string>>{},
                                          std::vector<std::string>{}, hooks);
-    auto [ours, theirs] = Pair();
-    keeper_ = Channel(std::move(theirs));
+    auto [ours, peer] = ChannelPeer::Make();
+    keeper_ = std::move(peer);
     auto [disk, unused] = Pair();  // any fd stands for the disk: it is only passed on
     SessionHost::KeeperHandle k;
     k.slot = 3;
@@ -57,10 +57,9 @@ class SessionTest : public ::testing::Test {
     start.session = "s1";
     start.fresh = true;
     session_->Start(std::move(k), std::move(disk), start);
-    auto frame = keeper_.Receive();
-    ASSERT_TRUE(frame.ok()) << frame.status().message();
-    EXPECT_EQ(frame->type, static_cast<uint16_t>(SessionMsg::kStart));
-    EXPECT_EQ(frame->fds.size(), 1u) << "the disk travels with Start";
+    Frame frame = FromSession();
+    EXPECT_EQ(frame.type, static_cast<uint16_t>(SessionMsg::kStart));
+    EXPECT_EQ(frame.fds.size(), 1u) << "the disk travels with Start";
   }
   // The keeper says Ready and hands over the agent's socket; the test keeps its far end.
   void Ready() {
@@ -72,7 +71,7 @@ class SessionTest : public ::testing::Test {
 
   struct event_base* base_ = nullptr;
   std::unique_ptr<Session> session_;
-  Channel keeper_;
+  ChannelPeer keeper_;
   UniqueFd agent_;
   int ready_ = 0;
   std::vector<std::string> failed_, ended_;
@@ -80,7 +79,7 @@ class SessionTest : public ::testing::Test {
 
 TEST_F(SessionTest, AKeeperThatDiesBeforeReadyIsAFailedStartNotAnEnd) {
   Start();
-  keeper_.Close();
+  keeper_.ch.Close();
   ASSERT_TRUE(RunLoopUntil(base_, [this] { return !failed_.empty() || !ended_.empty(); }));
   ASSERT_EQ(failed_.size(), 1u);
   EXPECT_NE(failed_[0].find("keeper died"), std::string::npos) << failed_[0];
@@ -103,10 +102,8 @@ TEST_F(SessionTest, AfterReadyTheAgentsEndIsAnEndWithItsReason) {
   Start();
   Ready();
   agent_.reset();  // init (the agent) is gone: the session asks its keeper to end the sandbox
-  ASSERT_TRUE(RunLoopUntil(base_, [this] { return Readable(keeper_.fd()); }));
-  auto stop = keeper_.Receive();
-  ASSERT_TRUE(stop.ok()) << stop.status().message();
-  EXPECT_EQ(stop->type, static_cast<uint16_t>(SessionMsg::kStop));
+  Frame stop = FromSession();
+  EXPECT_EQ(stop.type, static_cast<uint16_t>(SessionMsg::kStop));
   ASSERT_TRUE(keeper_.Send(static_cast<uint16_t>(SessionMsg::kEnded), EncodeMsg(SessionEndedMsg{})).ok());
   ASSERT_TRUE(RunLoopUntil(base_, [this] { return !ended_.empty(); }));
   EXPECT_EQ(ended_.size(), 1u);

@@ -10,7 +10,6 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,9 +18,9 @@
 #include <deque>
 #include <filesystem>
 
+#include "scheduler/jobs/tests/channel_peer.h"
 #include "scheduler/redis/tests/loop_redis_test.h"
 #include "tests/support/manual_clock.h"
-#include "worker/ipc/channel.h"
 #include "worker/ipc/wire.h"
 
 namespace sandpool {
@@ -33,12 +32,11 @@ namespace fs = std::filesystem;
 class TestHost final : public SessionHost {
  public:
   void SpawnSessionKeeper(uint32_t, std::function<void(KeeperHandle)> done) override {
-    int sv[2];
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    keepers.emplace_back(UniqueFd(sv[1]));
+    auto [theirs, peer] = ChannelPeer::Make();
+    keepers.push_back(std::move(peer));
     KeeperHandle k;
     k.slot = next_slot++;
-    k.channel.reset(sv[0]);
+    k.channel = std::move(theirs);
     done(std::move(k));
   }
   void ReleaseSessionSlot(uint32_t) override { ++released; }
@@ -53,7 +51,7 @@ class TestHost final : public SessionHost {
   }
   void ReturnSessionBudget(uint64_t) override { --budget; }
 
-  std::deque<Channel> keepers;  // the test's ends, in the order keepers were asked for
+  std::deque<ChannelPeer> keepers;  // the test's ends, in the order keepers were asked for
   uint32_t next_slot = 100;
   int released = 0, budget = 0;
 };
@@ -122,17 +120,11 @@ class SessionsTest : public LoopRedisTest {
     auto r = sync_->Command({"HGET", keys_.Session(sid), "state"});
     return r.ok() && (*r)->type == REDIS_REPLY_STRING ? std::string((*r)->str, (*r)->len) : "";
   }
-  static bool Readable(int fd) {
-    struct pollfd p = {fd, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 1;
-  }
   // Keeper `n`'s next frame, running the loop until it is there.
   Frame FromKeeper(size_t n) {
-    EXPECT_TRUE(RunUntil([&] { return host_.keepers.size() > n && Readable(host_.keepers[n].fd()); }));
-    if (host_.keepers.size() <= n) return {};
-    auto f = host_.keepers[n].Receive();
-    EXPECT_TRUE(f.ok()) << f.status().message();
-    return f.ok() ? std::move(*f) : Frame{};
+    EXPECT_TRUE(RunUntil([&] { return host_.keepers.size() > n && host_.keepers[n].Poll(); }));
+    if (host_.keepers.size() <= n || host_.keepers[n].frames.empty()) return {};
+    return host_.keepers[n].Take();
   }
   // Keeper `n` says Ready, handing over an agent socket whose far end the test keeps.
   void Ready(size_t n) {
@@ -173,7 +165,7 @@ TEST_F(SessionsTest, ACreateIsAnsweredWhenItsSandboxIsReadyAndAnIdleOneIsStopped
 
   sessions_->Heartbeat();  // not idle yet: nothing is asked of the keeper
   event_base_loop(base_, EVLOOP_NONBLOCK);
-  EXPECT_FALSE(Readable(host_.keepers[0].fd()));
+  EXPECT_FALSE(host_.keepers[0].Poll());
 
   clock_.AdvanceMs(60001);
   sessions_->Heartbeat();
@@ -192,7 +184,7 @@ TEST_F(SessionsTest, AKeeperThatDiesBeforeReadyFailsTheCreateOnce) {
   Send(intake_, "op-create", "create", "s2");
   Frame start = FromKeeper(0);
   ASSERT_EQ(start.type, static_cast<uint16_t>(SessionMsg::kStart));
-  host_.keepers[0].Close();  // dies while making the sandbox
+  host_.keepers[0].ch.Close();  // dies while making the sandbox
   auto created = Result("op-create");
   ASSERT_TRUE(created.has_value());
   ASSERT_TRUE(created->error.has_value());
@@ -200,7 +192,7 @@ TEST_F(SessionsTest, AKeeperThatDiesBeforeReadyFailsTheCreateOnce) {
   // Served once: no sandbox is started again for it (one keeper is started ahead, unused).
   for (int i = 0; i < 50; ++i) event_base_loop(base_, EVLOOP_NONBLOCK);
   EXPECT_LE(host_.keepers.size(), 2u);
-  for (size_t n = 1; n < host_.keepers.size(); ++n) EXPECT_FALSE(Readable(host_.keepers[n].fd())) << n;
+  for (size_t n = 1; n < host_.keepers.size(); ++n) EXPECT_FALSE(host_.keepers[n].Poll()) << n;
   EXPECT_EQ(State("s2"), "error");
   EXPECT_EQ(host_.budget, 0);
 
