@@ -3,6 +3,7 @@ against a real daemon and Redis: what it shows, that it keeps going through no d
 Redis, that it fits 80 columns, and that q and Ctrl-C leave it cleanly (exit status 0)."""
 
 import json
+import shlex
 import shutil
 import subprocess
 
@@ -16,25 +17,31 @@ assert shutil.which("tmux"), "tmux is not installed: run scripts/install-deps.sh
 
 class Tmux:
     def __init__(self, tmp_path):
+        self.dir = tmp_path
         self.sock = str(tmp_path / "tmux.sock")
 
     def run(self, *args, check=True):
         return subprocess.run(["tmux", "-S", self.sock, *args], capture_output=True, text=True, check=check)
 
     def start(self, name, command):
+        """Runs `command` in a pane of its own. A shell around it writes its exit status to a file
+        when it ends: tmux's own #{pane_dead_status} is not reliable (under load tmux 3.3a was
+        seen to mark the pane dead and leave top a zombie it never reaped, so the status never
+        came). The shell ignores SIGINT, so Ctrl-C reaches only top, which sets its own handler."""
+        status = self.dir / f"{name}.status"
+        wrapped = f"trap '' INT; {command}; echo $? > {shlex.quote(str(status))}"
         # 120 columns: wider than top may use, so a line past 80 would show.
-        self.run("new-session", "-d", "-s", name, "-x", "120", "-y", "40", command)
+        self.run("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "sh -c " + shlex.quote(wrapped))
         self.run("set-option", "-t", name, "remain-on-exit", "on")
 
     def screen(self, name):
         return self.run("capture-pane", "-p", "-t", name).stdout
 
     def dead_status(self, name):
-        """None while the pane's process runs, else its exit status."""
-        out = self.run("display-message", "-p", "-t", name, "#{pane_dead} #{pane_dead_status}").stdout.split()
-        # Right after the process ends tmux may show the pane dead before it has its status:
-        # not known yet, ask again.
-        return int(out[1]) if len(out) > 1 and out[0] == "1" else None
+        """None while the command runs, else its exit status."""
+        text = (self.dir / f"{name}.status").read_text() if (self.dir / f"{name}.status").exists() else ""
+        # The shell may have created the file and not yet written it: not known yet, ask again.
+        return int(text) if text.strip() else None
 
     def kill(self):
         self.run("kill-server", check=False)
