@@ -220,15 +220,17 @@ def test_a_packet_with_a_forged_source_is_dropped_and_counted(redis_server, inte
     try:
         run(redis_server, "web", "true")  # the template's slot exists
         def slot_netns():
+            # Held open at once: the sandbox found may end (and its /proc entry with it) before
+            # nsenter runs; the open fd keeps the slot's namespace reachable (seen failing in CI).
             for pid in d.sandbox_processes():  # the web slot's next sandbox may still be starting
                 try:
                     if "eth0:" in open(f"/proc/{pid}/net/dev").read():
-                        return f"/proc/{pid}/ns/net"
+                        return os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:
                     pass
             return None
 
-        netns = wait_for(slot_netns, 30, "a sandbox of the network template")
+        netns_fd = wait_for(slot_netns, 30, "a sandbox of the network template")
         forge = f"""
 import socket, struct
 s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
@@ -236,7 +238,11 @@ for src in ("10.200.99.99", "{OTHER}", "8.8.8.8"):
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 0, 0, 64, 17, 0, socket.inet_aton(src), socket.inet_aton("{IN_RANGE}"))
     s.sendto(ip + struct.pack("!HHHH", 4000, 9999, 8, 0), ("{IN_RANGE}", 0))
 """
-        subprocess.run(["nsenter", f"--net={netns}", sys.executable, "-c", forge], check=True, timeout=60)
+        try:
+            subprocess.run(["nsenter", f"--net=/proc/self/fd/{netns_fd}", sys.executable, "-c", forge],
+                           pass_fds=(netns_fd,), check=True, timeout=60)
+        finally:
+            os.close(netns_fd)
         wait_for(lambda: "sandpool_net_spoofed_packets_total 3" in metrics(internet), 30, "the forged packets in the metrics")
     finally:
         stop(d)
