@@ -8,7 +8,10 @@ for python, the nursery mother whose memory every job's process starts as a copy
 what these pairs attack. docs/SECURITY.md (the nursery paragraphs) lists what is per slot.
 """
 
+import glob
+import os
 import secrets
+import time
 
 import pytest
 
@@ -264,6 +267,48 @@ def test_cgroup_figures_start_from_zero(pool, kind):
     assert second["outcome"] == "exit", second
     assert second["peak_memory_bytes"] < 32 << 20, second["peak_memory_bytes"]
     assert second["cpu_time_us"] < first["cpu_time_us"] // 4, (second["cpu_time_us"], first["cpu_time_us"])
+
+
+# A slot's sandbox cgroup is reused by its next sandbox when the last job left (next to) nothing
+# charged to it, and replaced when it left more (worker/sandbox/cgroup.h, Recycle). The pairs above
+# prove the figures start from zero either way; this proves both paths were taken, from the host's
+# side: the names of the sandbox cgroups in the instance's slots.
+
+LIGHT = "import os\nb = bytearray(40 << 20)\nprint(len(b))\n"              # freed at exit: nothing left
+LEAVES = "import os\nfor i in range(40000): os.path.exists('/usr/rsd-%d-MARK' % i)\n"  # ~8 MiB of dentries
+
+
+def sandbox_cgroups(pool) -> frozenset:
+    """Every sandbox cgroup of the pool's instance now (slot-N/sb-M), once two looks 0.3 s apart
+    agree (the keeper recycles or replaces a cgroup just after the job's result is sent)."""
+    roots = [p for p in glob.glob("/sys/fs/cgroup/memory/**/sandpool-" + pool.daemon.consumer, recursive=True)]
+    roots += glob.glob("/sys/fs/cgroup/**/sandpool-" + pool.daemon.consumer, recursive=True) if not roots else []
+    assert roots, "no instance cgroup for " + pool.daemon.consumer
+
+    def look():
+        return frozenset(os.path.relpath(d, roots[0]) for d in glob.glob(roots[0] + "/slot-*/sb-*"))
+    last, deadline = look(), time.monotonic() + 20
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = look()
+        if now == last:
+            return now
+        last = now
+    raise AssertionError("the sandbox cgroups did not settle: %s" % sorted(last))
+
+
+@pytest.mark.parametrize("kind", ["shell", "python"])
+def test_a_slots_cgroup_is_reused_only_after_a_job_that_left_next_to_nothing(pool, kind):
+    def run(code):
+        res = pool.run(argv=[PY, "-c", code]) if kind == "shell" else pool.run(code=code, runtime="python")
+        ok(res)
+    run(LIGHT)
+    before = sandbox_cgroups(pool)
+    run(LIGHT)
+    assert sandbox_cgroups(pool) == before, "a job that left nothing: its cgroup is the next sandbox's"
+    run(LEAVES.replace("MARK", mark()))
+    after = sandbox_cgroups(pool)
+    assert len(after) == len(before) and after != before, (sorted(before), sorted(after))
 
 
 # --- open descriptors ----------------------------------------------------------------------------

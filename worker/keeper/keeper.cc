@@ -117,7 +117,10 @@ class Keeper {
   // mother died).
   Result<Sandbox> Prepare() {
     ++gen_;
-    auto cg = cgroup_.NewSandbox("sb-" + std::to_string(gen_));
+    // The last sandbox's cgroup, reset (SandboxCgroup::Recycle), or a new one.
+    Result<SandboxCgroup> cg = spare_cgroup_.valid() ? Result<SandboxCgroup>(std::move(spare_cgroup_))
+                                                     : cgroup_.NewSandbox("sb-" + std::to_string(gen_));
+    spare_cgroup_ = SandboxCgroup();
     if (!cg.ok()) return cg.status().Prefixed("sandbox cgroup");
     if (!nursery_lib_) return PrepareSandbox(a_.config, a_.slot, std::move(cg.value()), &seccomp_, stub_command_);
     if (!MotherAlive()) {
@@ -195,6 +198,7 @@ class Keeper {
       ::waitid(P_PIDFD, static_cast<id_t>(sb_.pidfd.get()), &info, WEXITED);
     }
     (void)sb_.cgroup.Remove();
+    (void)spare_cgroup_.Remove();
     EndMother();
     ::_exit(0);
   }
@@ -398,6 +402,18 @@ class Keeper {
     sb_ = Sandbox();
     Send(MsgType::kExited, Encode(ex));
     if (j.have_report) AwaitDeath(init.get());
+    KeepCgroup(std::move(cgroup));
+  }
+
+  // The slot's next sandbox runs in this cgroup if it can be reset for it; otherwise it is
+  // removed (the kernel moves what is still charged to it to the slot) and the next gets a new one.
+  void KeepCgroup(SandboxCgroup cgroup) {
+    Status reset = cgroup.Recycle(kMaxLeftoverBytes);
+    if (reset.ok()) {
+      spare_cgroup_ = std::move(cgroup);
+      return;
+    }
+    LogDebug("sandbox cgroup not reused", {{"slot", a_.slot}, {"why", reset.message()}});
     Status removed = cgroup.Remove();
     if (!removed.ok()) LogWarn("sandbox cgroup not removed", {{"slot", a_.slot}, {"error", removed.message()}});
   }
@@ -417,6 +433,10 @@ class Keeper {
   }
 
   static constexpr int kWatchMs = 20;  // how often the limits the keeper enforces are read
+  // What a sandbox cgroup may still have charged (kernel caches an earlier job left: dentries,
+  // page cache) and be reused; more, and the next sandbox gets a new cgroup. A print(1) or echo
+  // job leaves tens of KiB.
+  static constexpr uint64_t kMaxLeftoverBytes = 1 << 20;
 
   const KeeperArgs& a_;
   Channel ch_;
@@ -426,6 +446,7 @@ class Keeper {
   std::string nursery_config_;  // what the mother is told at its start
   Sandbox mother_;              // the nursery mother's sandbox (its stub socket is the mother's)
   Sandbox sb_;
+  SandboxCgroup spare_cgroup_;  // the last sandbox's cgroup, reset for the next (KeepCgroup)
   const RuntimeInfo* runtime_ = nullptr;  // the warm interpreter's, or none (the stub execs)
   // What a sandbox's stub execs at once (PrepareSandbox): the zygote of runtime_, or, with a
   // nursery, the mother (its sandboxes come from her); empty: the stub waits for a job.

@@ -435,6 +435,43 @@ Status SandboxCgroup::KillAll() {
   return WriteFile("", "cgroup.kill", "1");
 }
 
+Status SandboxCgroup::Recycle(uint64_t max_leftover_bytes) {
+  if (!valid()) return Status::Error("no cgroup");
+  // Tasks leave their cgroups a moment after their pid namespace's init is reaped.
+  const char* tasks_dir = mode_ == CgroupMode::kV1 ? "pids" : "";
+  for (int i = 0;; ++i) {
+    auto procs = ReadFile(tasks_dir, "cgroup.procs");
+    if (!procs.ok()) return procs.status();
+    bool empty = procs->empty();
+    // pids are uncharged when a task is released, after it left cgroup.procs.
+    if (empty && enforce_) {
+      auto n = ProcessCount();
+      if (!n.ok()) return n.status();
+      empty = *n == 0;
+    }
+    if (empty) break;
+    if (i == 200) return Status::Error("tasks still in " + name_);
+    ::usleep(1000);
+  }
+  if (!enforce_) return Status::Ok();
+  auto left = MemoryInUse();
+  if (!left.ok()) return left.status();
+  if (*left > max_leftover_bytes) {
+    return Status::Error(std::to_string(*left) + " bytes still charged to " + name_);
+  }
+  if (mode_ == CgroupMode::kV1) {
+    SP_RETURN_IF_ERROR(WriteFile("memory", "memory.max_usage_in_bytes", "0"));
+    for (const char* f : {"memory.memsw.max_usage_in_bytes", "memory.kmem.tcp.max_usage_in_bytes"}) {
+      Status s = WriteFile("memory", f, "0");
+      if (!s.ok() && s.sys_errno() != ENOENT) return s;
+    }
+  } else {
+    // Any write resets the peak, as read through this same open file (kernel 6.12 and later).
+    if (!v2_peak_ || ::pwrite(v2_peak_.get(), "reset", 5, 0) < 0) return ErrnoStatus("reset memory.peak of " + name_);
+  }
+  return SetLimits(limits_.memory_bytes, limits_.pids);
+}
+
 Status SandboxCgroup::Remove() {
   Status first;
   for (const auto& [ctrl, parent] : parent_fds_) {

@@ -1,8 +1,21 @@
 // Per-slot and per-sandbox cgroups, v1 or v2. Each pool slot owns one cgroup (v1: one directory
-// per controller), and each sandbox of the slot a child of it of its own, made while the sandbox
-// is prepared and removed once it is gone: it carries the memory, swap, TCP-buffer (v1), pids and
-// CPU limits and is where the keeper reads a job's CPU time, peak memory, OOM kills and refused
-// forks. The sandbox never sees or writes these files (no cgroupfs inside, cgroup namespace).
+// per controller), and each sandbox of the slot runs in a child of it: it carries the memory,
+// swap, TCP-buffer (v1), pids and CPU limits and is where the keeper reads a job's CPU time, peak
+// memory, OOM kills and refused forks. The sandbox never sees or writes these files (no cgroupfs
+// inside, cgroup namespace).
+//
+// A sandbox cgroup is reused by the slot's next sandbox once every process of the last one is
+// gone (Recycle): making and removing one per sandbox (mkdir, limits, rmdir, and the kernel's
+// offlining work, which moves what the cgroup still holds to the slot) cost about 2 ms of CPU
+// per job on the bench machine, more than a tenth of a warm Python job. What a recycled cgroup
+// must not carry into the next job, and how it does not: its processes (Recycle waits until
+// none is left), its figures (CPU, OOM kills and refused forks are read as differences from the
+// job's start; the peak memory counter is reset), its limits (back to the slot's defaults), and
+// memory the last job left charged to it (kernel caches such as dentries, page cache): a cgroup
+// that still holds more than a small bound is removed instead, so that the kernel moves the
+// charge to the slot, exactly as before. Below the bound, the next job's memory figures and
+// limit include that much of another job's reclaimable kernel memory (tests/hostile/
+// test_residue.py bounds it; docs/SECURITY.md says why it is acceptable).
 //
 // Placement, never on the hot path (a sandbox is placed while it is prepared): the keeper
 // writes the new sandbox's init into the slot's cgroup.procs (each controller's on v1) before
@@ -67,15 +80,14 @@ struct CgroupLayout {
 Result<CgroupLayout> SetUpCgroups(const std::string& requested_mode, const std::string& instance,
                                   bool allow_missing_controllers);
 
-// One sandbox's own cgroup, a child of its slot's: every figure a job reports comes from a cgroup
-// that no earlier job used (kernel memory such as a previous job's dentries stays charged to
-// the earlier sandbox's cgroup, which is removed), and its limits are written before the job.
-// Move-only; Remove() it once its processes are gone.
 // Removes every slot cgroup (and the sandbox cgroups in them) of the instance, and on v1 the
 // instance directories themselves; their processes must be gone (a few retries while the last
 // exits settle). What the daemon does when it stops.
 Status RemoveSlotCgroups(const CgroupLayout& layout);
 
+// One sandbox's cgroup, a child of its slot's, made for the slot's sandboxes one after the other
+// (Recycle, above); its limits are written before each job. Move-only; Recycle() or Remove() it
+// once its processes are gone.
 class SandboxCgroup {
  public:
   SandboxCgroup() = default;
@@ -101,6 +113,13 @@ class SandboxCgroup {
   Status KillAll();
   // Removes the cgroup; it must be empty of processes (a few retries while the last exit settles).
   Status Remove();
+  // Makes the cgroup ready for the slot's next sandbox. REQUIRES: the last sandbox's init is
+  // gone (its pid namespace, and so every process of it, goes with it). Waits (a few retries)
+  // until no task is left, then resets the peak memory counter and restores the slot's default
+  // limits. An error means the cgroup cannot be reused as it is (a task still in it, more than
+  // `max_leftover_bytes` of memory still charged, a counter that cannot be reset: v2 memory.peak
+  // is resettable from kernel 6.12): Remove() it and make a new one.
+  Status Recycle(uint64_t max_leftover_bytes);
 
  private:
   friend class SlotCgroup;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "worker/ipc/channel.h"
 #include "worker/ipc/messages.h"
@@ -118,6 +119,7 @@ class SandboxTest : public ::testing::Test {
     run.argv = std::move(argv);
     run.env = {"PATH=/usr/bin:/bin", "HOME=/work"};
     run.cwd = "/work";
+    run.memory_bytes = std::exchange(next_memory_bytes_, 0);
     EXPECT_TRUE(keeper_.Send(static_cast<uint16_t>(MsgType::kRun), Encode(run)).ok());
     if (!stdin_data.empty()) {
       EXPECT_TRUE(WriteAll(stdin_.get(), stdin_data.data(), stdin_data.size()).ok());
@@ -170,6 +172,7 @@ class SandboxTest : public ::testing::Test {
   }
 
   std::string instance_;
+  uint64_t next_memory_bytes_ = 0;  // the next Run's memory limit (0: the slot's default)
   CgroupLayout layout_;
   SandboxConfig config_;
   pid_t spawner_pid_ = -1;
@@ -204,6 +207,24 @@ TEST_F(SandboxTest, MemoryAndPidsLimitsAreEnforcedAndReported) {
   EXPECT_GT(pids.exited.pids_max_hits, 0u);
   JobRun after = Run({"/bin/echo", "fine"});
   EXPECT_EQ(after.out, "fine\n");
+}
+
+// One slot: every sandbox after the first runs in the cgroup its predecessor left, reset for it
+// (SandboxCgroup::Recycle), so nothing a job did or asked for may show in the next one's figures.
+TEST_F(SandboxTest, TheNextSandboxInheritsNeitherFiguresNorLimits) {
+  const char* touch100 = "b = bytearray(100 << 20); print(len(b))";
+  next_memory_bytes_ = 48ull << 20;
+  JobRun limited = Run({"/usr/bin/python3", "-c", touch100});
+  EXPECT_GT(limited.exited.oom_kills, 0u) << limited.out << limited.err;
+  JobRun big = Run({"/usr/bin/python3", "-c", touch100});  // the slot's default limit again
+  EXPECT_EQ(big.out, std::to_string(100 << 20) + "\n") << big.err;
+  EXPECT_EQ(big.exited.oom_kills, 0u);
+  EXPECT_GT(big.exited.peak_memory_bytes, 100ull << 20);
+  JobRun spin = Run({"/bin/sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"});
+  JobRun after = Run({"/bin/true"});
+  EXPECT_LT(after.exited.peak_memory_bytes, 30ull << 20);
+  EXPECT_LT(after.exited.cpu_time_us, spin.exited.cpu_time_us / 4);
+  EXPECT_EQ(after.exited.oom_kills, 0u);
 }
 
 TEST_F(SandboxTest, StdinReachesTheJobAndPathIsSearched) {
