@@ -33,6 +33,17 @@ def _sandpool_preload():
     # for the preload while it is prepared (measured: ~60 modules cost ~65 ms of CPU).
     import errno, gc, json, types, traceback
     import re, math, collections, itertools, functools, datetime, random, string, time, io, struct, base64
+    # What the job's own path uses, bound here once: with a nursery every name below is a page
+    # the mother already holds, and each job's process only reads it. What a job's process
+    # writes on its way to the snippet is what its copy-on-write faults cost, about 10 us a page
+    # on the bench machine (bench/analysis.md): hence the C-level signal module (the signal
+    # module's enum conversions touch ~35 pages), the JSON scanner without json.loads' regex
+    # wrapper (~20), atexit called only when something registered (~40), and the environment
+    # changed only where it differs (~30).
+    import _signal, atexit
+    g = globals()
+    g.update(errno=errno, gc=gc, json=json, types=types, traceback=traceback, _signal=_signal, atexit=atexit)
+    g["_sandpool_scan"] = json.decoder.JSONDecoder().scan_once
 def _sandpool_mother():
     import ctypes, gc, signal, socket, struct
     gc.disable()
@@ -64,6 +75,7 @@ def _sandpool_mother():
                 return
     signal.signal(signal.SIGCHLD, reap)
     fds = (ctypes.c_int * 6)()
+    after_fork = ctypes.pythonapi.PyOS_AfterFork_Child
     # Copy-on-write discipline: every job's process shares this heap, and each page a job
     # writes is copied for it. No collection from here on touches the mother's objects
     # (frozen), and the job's process turns collection back on for its own.
@@ -82,27 +94,25 @@ def _sandpool_mother():
             fds[i] = fd
         pid = lib.sandpool_nursery_spawn(fds, 6, 3)  # sends the keeper 'P' itself
         if pid == 0:
-            ctypes.pythonapi.PyOS_AfterFork_Child()
+            after_fork()
             sock.detach()
             gc.enable()
             # The dispositions a fresh python3 has (the job's confinement reset them all).
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+            _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
+            _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)
             return
         for fd in got:
             os.close(fd)
         if pid < 0:
             sock.sendall(b"E")
 def _sandpool_zygote():
-    _sandpool_preload()
-    import errno, gc, json, types, traceback
     os.set_inheritable(3, False)
     # A rehearsal of what every job does (decode the job, compile, run, write, flush), while the
     # sandbox waits: the pages it writes are copied from the mother's now, not on the job's path.
     _r = types.ModuleType("__main__")
-    exec(compile(json.loads('{"code": "x = [1]\\ny = str(x)"}')["code"], "<string>", "exec"), _r.__dict__)
+    exec(compile(_sandpool_scan('{"code": "x = [1]\\ny = str(x)"}', 0)[0]["code"], "<string>", "exec"), _r.__dict__)
     sys.stdout.write("")
     sys.stdout.flush()
     del _r
@@ -115,10 +125,14 @@ def _sandpool_zygote():
         if not b:
             break
         chunks.append(b)
-    job = json.loads(b"".join(chunks))
+    job = _sandpool_scan(b"".join(chunks).decode(), 0)[0]
     env = job["env"]
-    os.environ.clear()
-    os.environ.update(env)
+    environ = os.environ
+    for k in [k for k in environ if k not in env]:
+        del environ[k]
+    for k, v in env.items():
+        if environ.get(k) != v:
+            environ[k] = v
     try:
         os.chdir(job["cwd"])
     except OSError as e:
@@ -157,8 +171,8 @@ def _sandpool_zygote():
     try:
         if "threading" in sys.modules:
             sys.modules["threading"]._shutdown()
-        import atexit
-        atexit._run_exitfuncs()
+        if atexit._ncallbacks():
+            atexit._run_exitfuncs()
     except BaseException:
         traceback.print_exc()
     for stream in (sys.stdout, sys.stderr):
@@ -167,8 +181,8 @@ def _sandpool_zygote():
         except BaseException:
             status = status or 120
     os._exit(status)
+_sandpool_preload()
 if sys.argv[1:] == ["mother"]:
-    _sandpool_preload()
     _sandpool_mother()
 _sandpool_zygote()
 )py";
