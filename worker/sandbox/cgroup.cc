@@ -317,25 +317,38 @@ Result<SandboxCgroup> SlotCgroup::NewSandbox(const std::string& name) {
   return cg;
 }
 
+int SandboxCgroup::OpenFile(char mode, const std::string& controller, const char* file) {
+  std::string key = mode + controller + "/" + file;
+  if (auto it = files_.find(key); it != files_.end()) return it->second.get();
+  auto dir = dir_fds_.find(controller);
+  if (dir == dir_fds_.end()) {
+    errno = ENOENT;
+    return -1;
+  }
+  UniqueFd fd(::openat(dir->second->get(), file, (mode == 'w' ? O_WRONLY : O_RDONLY) | O_CLOEXEC));
+  if (!fd) return -1;
+  return files_.emplace(std::move(key), std::move(fd)).first->second.get();
+}
+
 Status SandboxCgroup::WriteFile(const std::string& controller, const char* file, const std::string& value) {
-  auto it = dir_fds_.find(controller);
-  if (it == dir_fds_.end()) return Status::Error("cgroup controller not set up: " + controller);
-  UniqueFd fd(::openat(it->second->get(), file, O_WRONLY | O_CLOEXEC));
-  if (!fd) return ErrnoStatus(std::string("open ") + controller + "/" + file);
-  if (::write(fd.get(), value.data(), value.size()) < 0) {
+  int fd = OpenFile('w', controller, file);
+  if (fd < 0) return ErrnoStatus(std::string("open ") + controller + "/" + file);
+  // Each write is one whole value to cgroupfs, wherever the offset is.
+  if (::pwrite(fd, value.data(), value.size(), 0) < 0) {
     return ErrnoStatus(std::string("write ") + controller + "/" + file + " <- " + value);
   }
   return Status::Ok();
 }
 
 Result<std::string> SandboxCgroup::ReadFile(const std::string& controller, const char* file) {
-  auto it = dir_fds_.find(controller);
-  if (it == dir_fds_.end()) return Status::Error("cgroup controller not set up: " + controller);
-  UniqueFd fd(::openat(it->second->get(), file, O_RDONLY | O_CLOEXEC));
-  if (!fd) return ErrnoStatus(std::string("open ") + controller + "/" + file);
+  int fd = OpenFile('r', controller, file);
+  if (fd < 0) return ErrnoStatus(std::string("open ") + controller + "/" + file);
+  // A read from offset 0 makes cgroupfs show the file afresh.
   std::string out;
   char buf[4096];
-  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = ::pread(fd, buf, sizeof buf, static_cast<off_t>(out.size()))) > 0;) {
+    out.append(buf, static_cast<size_t>(n));
+  }
   return out;
 }
 
@@ -487,6 +500,7 @@ Status SandboxCgroup::Remove() {
   parent_fds_.clear();
   dirs_.clear();
   dir_fds_.clear();
+  files_.clear();
   v2_peak_.reset();
   return first;
 }

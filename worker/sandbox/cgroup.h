@@ -125,6 +125,8 @@ class SandboxCgroup {
   friend class SlotCgroup;
   Status WriteFile(const std::string& controller, const char* file, const std::string& value);
   Result<std::string> ReadFile(const std::string& controller, const char* file);
+  // The cached fd of `file` (files_), opened now if it is not; -1 with errno set when it cannot be.
+  int OpenFile(char mode, const std::string& controller, const char* file);
 
   CgroupMode mode_ = CgroupMode::kV1;
   std::string name_;
@@ -134,6 +136,9 @@ class SandboxCgroup {
   std::map<std::string, std::shared_ptr<UniqueFd>> dir_fds_;
   std::map<std::string, std::shared_ptr<UniqueFd>> parent_fds_;  // the slot's directories
   UniqueFd v2_peak_;  // v2: memory.peak
+  // The files read and written per job, opened once ('r' or 'w' + controller + '/' + file) and
+  // kept while the cgroup is (an open and a close per figure cost ~0.3 ms per job).
+  std::map<std::string, UniqueFd> files_;
   bool enforce_ = true;  // false: v2 without controllers (tests only)
   CgroupLimits limits_;
   uint64_t cur_memory_ = 0, cur_pids_ = 0;
