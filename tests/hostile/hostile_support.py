@@ -167,10 +167,12 @@ def _cmdline(pid: int) -> bytes:
 
 
 def _is_nursery(pid: int) -> bool:
-    """A python template's nursery mother, or the init of a sandbox it cloned (worker/runners/nursery.h):
-    both run the interpreter as the slot's sandbox root, with "mother" as their last argument."""
+    """A template's nursery mother, or the init of a sandbox it cloned (worker/runners/nursery.h):
+    for python both run the interpreter as the slot's sandbox root, with "mother" as their last
+    argument; for a shell template both are named sandpool-mother."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").endswith(b"\0mother")
+        return (Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").endswith(b"\0mother")
+                or Path(f"/proc/{pid}/comm").read_text().strip() == "sandpool-mother")
     except OSError:
         return False
 

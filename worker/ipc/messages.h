@@ -129,8 +129,10 @@ struct NurseryConfigMsg {
   bool has_layer = false;
   std::string layer_mount;
   std::string bpf;
+  std::string runtime;                // the template's: python, or sh/bash (a shell nursery)
+  std::vector<std::string> base_env;  // the warm shell's environment (a shell nursery)
   MSGPACK_DEFINE_MAP(hostname, work_bytes, tmp_bytes, shm_bytes, inodes, open_files, file_size_bytes, upper_bytes,
-                     has_layer, layer_mount, bpf)
+                     has_layer, layer_mount, bpf, runtime, base_env)
 };
 
 std::string Encode(const ReadyMsg& m);

@@ -26,6 +26,7 @@
 #include "worker/ipc/messages.h"
 #include "worker/ipc/stub_protocol.h"
 #include "worker/runners/nursery.h"
+#include "worker/runners/nursery_mother.h"
 #include "worker/runners/nursery_wire.h"
 #include "worker/runners/zygote.h"
 #include "worker/sandbox/conntrack_flush.h"
@@ -86,6 +87,7 @@ class Keeper {
       nursery_config_ = EncodeNurseryConfig(a.config, seccomp_);
       stub_command_ = NurseryMotherCommand();
     }
+    shell_nursery_ = !nursery_lib_ && ShellNurseryApplies(a.config);
   }
 
   [[noreturn]] void Run() {
@@ -122,16 +124,22 @@ class Keeper {
                                                      : cgroup_.NewSandbox("sb-" + std::to_string(gen_));
     spare_cgroup_ = SandboxCgroup();
     if (!cg.ok()) return cg.status().Prefixed("sandbox cgroup");
-    if (!nursery_lib_) return PrepareSandbox(a_.config, a_.slot, std::move(cg.value()), &seccomp_, stub_command_);
+    if (!nursery_lib_ && !shell_nursery_) {
+      return PrepareSandbox(a_.config, a_.slot, std::move(cg.value()), &seccomp_, stub_command_);
+    }
     if (!MotherAlive()) {
       auto mcg = cgroup_.NewSandbox("mother-" + std::to_string(gen_));
       if (!mcg.ok()) return mcg.status().Prefixed("nursery mother cgroup");
-      auto m = PrepareSandbox(a_.config, a_.slot, std::move(mcg.value()), &seccomp_, stub_command_, nursery_lib_.get());
+      auto m = shell_nursery_
+                   ? PrepareMotherSandbox(a_.config, a_.slot, std::move(mcg.value()), &seccomp_, ShellMotherInit)
+                   : PrepareSandbox(a_.config, a_.slot, std::move(mcg.value()), &seccomp_, stub_command_, nursery_lib_.get());
       if (!m.ok()) return m.status().Prefixed("nursery mother");
       mother_ = std::move(m.value());
       mother_.stdin_w.reset();
-      Status s = SendNurseryConfig(mother_.stub.get(), nursery_config_);
-      if (!s.ok()) return s;
+      if (!shell_nursery_) {
+        Status s = SendNurseryConfig(mother_.stub.get(), nursery_config_);
+        if (!s.ok()) return s;
+      }
     }
     auto sb = NurseryPrepareSandbox(mother_.stub.get(), std::move(cg.value()));
     if (!sb.ok()) {
@@ -443,6 +451,7 @@ class Keeper {
   SlotCgroup cgroup_;
   SeccompProgram seccomp_;
   UniqueFd nursery_lib_;        // set: python sandboxes come from the slot's nursery mother
+  bool shell_nursery_ = false;  // shell sandboxes come from the slot's shell mother (nursery_mother.h)
   std::string nursery_config_;  // what the mother is told at its start
   Sandbox mother_;              // the nursery mother's sandbox (its stub socket is the mother's)
   Sandbox sb_;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/asan.h"
 #include "common/runtimes.h"
 #include "common/syscalls.h"
 #include "worker/ipc/messages.h"
@@ -50,6 +51,11 @@ UniqueFd OpenNurseryLibrary() {
 
 bool NurseryApplies(const SandboxConfig& config) {
   return config.runtime == "python" && config.root_dir.empty() && !config.layer_writable;
+}
+
+bool ShellNurseryApplies(const SandboxConfig& config) {
+  return !SANDPOOL_ASAN && (config.runtime == "sh" || config.runtime == "bash") && config.root_dir.empty() &&
+         !config.layer_writable;
 }
 
 std::vector<std::string> NurseryMotherCommand() {

@@ -53,6 +53,10 @@ UniqueFd OpenNurseryLibrary();
 // Whether sandboxes of `config` can come from a nursery: a python template on the host's root
 // (a prepared root need not have the libraries the nursery library links).
 bool NurseryApplies(const SandboxConfig& config);
+// Whether they can come from a shell nursery (nursery_mother.h, ShellMotherInit): a sh or bash
+// template on the host's root, in a build without AddressSanitizer (whose inits share the
+// mother's memory on stacks of their own, which it cannot follow).
+bool ShellNurseryApplies(const SandboxConfig& config);
 
 // The command line a mother's sandbox execs (PrepareSandbox's `command`, with the library): the
 // python zygote (zygote.h) in its mother mode.

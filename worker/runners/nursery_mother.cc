@@ -6,16 +6,21 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/syscalls.h"
 #include "worker/runners/nursery_wire.h"
+#include "worker/runners/zygote.h"
 #include "worker/sandbox/sandbox_init.h"
 
 namespace sandpool {
@@ -26,6 +31,16 @@ namespace {
 SandboxConfig g_config;
 SeccompProgram g_seccomp;
 bool g_configured = false;
+// A shell template's: what each sandbox's stub execs (its warm shell). Empty for python, whose
+// job's process is a copy of the mother's interpreter instead.
+std::vector<std::string> g_stub_command;
+
+void Configure() {
+  const RuntimeInfo* r = TemplateRuntime(g_config.runtime);
+  g_stub_command.clear();
+  if (r != nullptr && (r->name == "sh" || r->name == "bash")) g_stub_command = ZygoteCommand(*r);
+  g_configured = true;
+}
 
 // An init's stack. init shares the mother's memory (CLONE_VM), so its stack is the mother's
 // memory too, and free again only once init has exited: the kernel then clears `word`
@@ -78,11 +93,14 @@ int InitEntry(void* arg) {
   if (ResetSignals() != 0) ::_exit(126);
   if (ArrangeFds(a->fds, 6) != 0) ::_exit(126);  // its status pipe is not in place
   InitSetUp(g_config);
-  // Under memory pressure the kernel is to kill the job, not the slot's mother (whose memory
-  // counts in the same cgroup): init and the job make themselves the first choice.
-  if (int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
-    (void)!::write(fd, "1000", 4);
-    ::close(fd);
+  if (!g_stub_command.empty()) {
+    // A shell template: the stub, exactly as a keeper's init starts it (sharing our memory, and
+    // so the mother's, until it has exec'd the warm shell; we are suspended meanwhile), then
+    // the mother may run again.
+    pid_t stub = StartStub(g_config, &g_seccomp, g_stub_command);
+    __atomic_store_n(&a->stack->word, 2, __ATOMIC_RELEASE);
+    ::syscall(SYS_futex, &a->stack->word, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+    InitServe(g_config, stub);
   }
   // The job: the one copy of the interpreter's memory this sandbox makes. A raw clone, not
   // fork(): glibc's fork would run the interpreter's at-fork handlers in memory still shared.
@@ -95,6 +113,13 @@ int InitEntry(void* arg) {
     const int sock = 5;
     if (ArrangeFds(&sock, 1) != 0) ::_exit(126);
     StubPrologue(g_config, &g_seccomp);
+    // The OOM killer's first choice in the sandbox: at the same setting it would take init,
+    // whose resident size is the mother's (it shares her memory), and with it the mother. This
+    // process has its own memory now and is dumpable (StubPrologue), so the setting is its own.
+    if (int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
+      (void)!::write(fd, "1000", 4);
+      ::close(fd);
+    }
     // Back into the mother's frame in sandpool_nursery_spawn, in this process's own copy of it,
     // which returns 0 there: the interpreter carries on as the job.
     __builtin_longjmp(a->resume, 1);
@@ -109,8 +134,50 @@ int InitEntry(void* arg) {
 
 int NurseryConfigure(const char* blob, size_t len) {
   Status s = DecodeNurseryConfig(std::string_view(blob, len), &g_config, &g_seccomp);
-  g_configured = s.ok();
-  return g_configured ? 0 : -EINVAL;
+  if (!s.ok()) return -EINVAL;
+  Configure();
+  return 0;
+}
+
+void ShellMotherInit(const SandboxConfig& config, const SeccompProgram* seccomp, bool /*fresh*/) {
+  InitSetUp(config);
+  // Named for the host's tools and tests (and inherited by each sandbox's init it clones).
+  ::prctl(PR_SET_NAME, "sandpool-mother", 0, 0, 0);
+  // fds: 3 the sync pipe (done with), 4 the status pipe (InitFail's), 5 the socket to the
+  // keeper, 6-8 the mother sandbox's stdio (the keeper reads a dead mother's output there).
+  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull < 0 || ::dup2(devnull, 0) != 0 || ::dup2(7, 1) != 1 || ::dup2(8, 2) != 2) InitFail("mother stdio");
+  for (int fd : {3, 6, 7, 8, devnull}) ::close(fd);
+  const int sock = 5;
+  // The keeper's own config, as it is in this copy of its memory: no blob to decode.
+  g_config = config;
+  g_seccomp = *seccomp;
+  Configure();
+  // Children (the sandboxes' inits) are reaped as they end: SIGCHLD is blocked but while
+  // waiting for the keeper, and wakes that wait (a handler, since an ignored signal would not).
+  sigset_t chld, waiting;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  if (::sigprocmask(SIG_BLOCK, &chld, &waiting) != 0) InitFail("sigprocmask");
+  sigdelset(&waiting, SIGCHLD);
+  struct sigaction sa = {};
+  sa.sa_handler = [](int) {};
+  if (::sigaction(SIGCHLD, &sa, nullptr) != 0) InitFail("sigaction");
+  if (::write(sock, "R", 1) != 1) ::_exit(1);
+  for (;;) {
+    struct pollfd p = {sock, POLLIN, 0};
+    int n = ::ppoll(&p, 1, nullptr, &waiting);
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    if (n <= 0) continue;  // a child ended (EINTR)
+    char tag = 0;
+    int fds[6];
+    size_t got = 0;
+    if (!ReceiveWithFds(sock, &tag, fds, 6, &got).ok()) ::_exit(0);  // the keeper is gone
+    long pid = tag == 'N' && got == 6 ? NurserySpawn(fds, 6, sock) : -EINVAL;  // sends 'P' itself
+    for (size_t i = 0; i < got; ++i) ::close(fds[i]);
+    if (pid < 0) (void)!::write(sock, "E", 1);
+  }
 }
 
 // Not inlined: the jump buffer and the frame the job resumes in are this function's own.

@@ -23,6 +23,8 @@ std::string EncodeNurseryConfig(const SandboxConfig& c, const SeccompProgram& se
   m.has_layer = !c.layer_host_dir.empty();
   m.layer_mount = c.layer_mount;
   m.bpf.assign(reinterpret_cast<const char*>(seccomp.filter.data()), seccomp.filter.size() * sizeof(struct sock_filter));
+  m.runtime = c.runtime;
+  m.base_env = c.base_env;
   return Encode(m);
 }
 
@@ -43,7 +45,8 @@ Status DecodeNurseryConfig(std::string_view blob, SandboxConfig* c, SeccompProgr
   c->layer_mount = m.layer_mount;
   seccomp->filter.resize(m.bpf.size() / sizeof(struct sock_filter));
   std::memcpy(seccomp->filter.data(), m.bpf.data(), m.bpf.size());
-  c->runtime = "python";
+  c->runtime = m.runtime;
+  c->base_env = m.base_env;
   return Status::Ok();
 }
 
@@ -68,9 +71,10 @@ Status SendWithFds(int sock, char tag, const int* fds, size_t n) {
   return Status::Ok();
 }
 
-Status ReceiveWithFd(int sock, char* tag, UniqueFd* fd) {
+Status ReceiveWithFds(int sock, char* tag, int* fds, size_t max, size_t* got) {
+  *got = 0;
   struct iovec iov = {tag, 1};
-  char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  char control[CMSG_SPACE(sizeof(int) * 8)] = {};
   struct msghdr msg = {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -80,19 +84,27 @@ Status ReceiveWithFd(int sock, char* tag, UniqueFd* fd) {
   do {
     r = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
   } while (r < 0 && errno == EINTR);
-  if (r < 0) return ErrnoStatus("receive from nursery mother");
-  if (r == 0) return Status::Error("nursery mother closed its socket");
+  if (r < 0) return ErrnoStatus("receive with fds");
+  if (r == 0) return Status::Error("the other end closed its socket");
   for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < n; ++i) {
-      int got;
-      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
-      if (i == 0 && !*fd) fd->reset(got);
-      else ::close(got);  // never more than we asked for
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      if (*got < max) fds[(*got)++] = fd;
+      else ::close(fd);  // never more than we asked for
     }
   }
   return Status::Ok();
+}
+
+Status ReceiveWithFd(int sock, char* tag, UniqueFd* fd) {
+  int got_fd = -1;
+  size_t got = 0;
+  Status s = ReceiveWithFds(sock, tag, &got_fd, 1, &got);
+  if (got == 1) fd->reset(got_fd);
+  return s.ok() ? s : s.Prefixed("nursery mother");
 }
 
 }  // namespace sandpool

@@ -25,5 +25,7 @@ Status DecodeNurseryConfig(std::string_view blob, SandboxConfig* config, Seccomp
 Status SendWithFds(int sock, char tag, const int* fds, size_t n);
 // One tag byte and at most one fd (more are closed: never more than asked for).
 Status ReceiveWithFd(int sock, char* tag, UniqueFd* fd);
+// One tag byte and at most `max` (<= 8) fds, which the caller then owns (`*got` of them).
+Status ReceiveWithFds(int sock, char* tag, int* fds, size_t max, size_t* got);
 
 }  // namespace sandpool

@@ -7,7 +7,14 @@ namespace {
 
 // sh/bash: report ready, read the script to EOF, eval it. The script (ZygotePayload) closes
 // fd 3 itself when the job starts. __sp_s stays set: eval reads from it while it runs.
+// First the shell makes itself, and so the job, the OOM killer's first choice in the sandbox:
+// a shell nursery's init shares the slot's mother's memory (worker/runners/nursery.h), and at
+// the same setting the killer would take init, whose resident size is the mother's, and with it
+// the mother (and count the kill in her cgroup). Only the job's process can raise its own
+// setting (init is not dumpable, and lowering needs CAP_SYS_RESOURCE, which the host may not
+// give the daemon); a job that lowers it again can at worst fail its own sandbox that way.
 constexpr const char* kShellZygote =
+    "{ echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null\n"
     "printf R >&3\n"
     "__sp_s=\n"
     "while IFS= read -r __sp_l <&3; do __sp_s=\"$__sp_s$__sp_l\n\"; done\n"

@@ -20,22 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "common/asan.h"
 #include "common/syscalls.h"
 #include "worker/ipc/stub_protocol.h"
 #include "worker/sandbox/rootfs.h"
 #include "worker/seccomp/seccomp_policy.h"
 
-// GCC says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer).
-#if defined(__SANITIZE_ADDRESS__)
-#define SANDPOOL_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANDPOOL_ASAN 1
-#endif
-#endif
-#ifndef SANDPOOL_ASAN
-#define SANDPOOL_ASAN 0
-#endif
 
 namespace sandpool {
 namespace {
@@ -357,22 +347,10 @@ void InitServe(const SandboxConfig& config, pid_t stub) {
   }
 }
 
-void InitMain(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command,
-              int nursery_lib) {
-  InitSetUp(config);
-  // Everything the stub will need, built now in init's memory.
-  std::vector<std::string> interp = command, env = config.base_env;
-  StubPlan plan{&config, seccomp, nursery_lib, nullptr, nullptr, "/work", 1, "zygote"};
-  if (nursery_lib >= 0) {
-    plan.interp_cwd = "/";
-    plan.keep_fds = 2;
-    plan.stage = "mother";
-  }
-  std::vector<char*> interp_argv = CArray(interp), envp = CArray(env);
-  if (!interp.empty()) {
-    plan.interp_argv = interp_argv.data();
-    plan.interp_envp = envp.data();
-  }
+namespace {
+
+// The stub of `plan`, cloned as the comment in StartStub says; its pid, or -1 with errno.
+pid_t CloneStub(StubPlan* plan) {
   // The stub shares init's memory until it execs (CLONE_VM | CLONE_VFORK: init is suspended
   // meanwhile): no page tables are copied, no copy-on-write faults taken, no copy torn down at
   // the exec. Address-space work is what process creation costs most, on virtual machines by far
@@ -381,15 +359,45 @@ void InitMain(const SandboxConfig& config, const SeccompProgram* seccomp, const 
   // AddressSanitizer cannot follow a switch to another stack (it warns, into the job's stderr):
   // sanitizer builds fork the stub.
   pid_t stub = ::fork();
-  if (stub == 0) StubEntry(&plan);
+  if (stub == 0) StubEntry(plan);
+  return stub;
 #else
   constexpr size_t kStubStack = 256 << 10;
   void* stack = ::mmap(nullptr, kStubStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) InitFail("stub stack: " + std::string(std::strerror(errno)));
-  pid_t stub = ::clone(StubEntry, static_cast<char*>(stack) + kStubStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &plan);
+  if (stack == MAP_FAILED) return -1;
+  pid_t stub = ::clone(StubEntry, static_cast<char*>(stack) + kStubStack, CLONE_VM | CLONE_VFORK | SIGCHLD, plan);
+  int err = errno;
   ::munmap(stack, kStubStack);
+  errno = err;
+  return stub;
 #endif
-  InitServe(config, stub);
+}
+
+}  // namespace
+
+pid_t StartStub(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command) {
+  // Everything the stub will need, built now in init's memory.
+  std::vector<std::string> interp = command, env = config.base_env;
+  StubPlan plan{&config, seccomp, -1, nullptr, nullptr, "/work", 1, "zygote"};
+  std::vector<char*> interp_argv = CArray(interp), envp = CArray(env);
+  if (!interp.empty()) {
+    plan.interp_argv = interp_argv.data();
+    plan.interp_envp = envp.data();
+  }
+  return CloneStub(&plan);
+}
+
+void InitMain(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command,
+              int nursery_lib) {
+  InitSetUp(config);
+  if (nursery_lib < 0) InitServe(config, StartStub(config, seccomp, command));
+  // The stub becomes the nursery mother, exec'ing the interpreter with the library.
+  std::vector<std::string> interp = command, env = config.base_env;
+  StubPlan plan{&config, seccomp, nursery_lib, nullptr, nullptr, "/", 2, "mother"};
+  std::vector<char*> interp_argv = CArray(interp), envp = CArray(env);
+  plan.interp_argv = interp_argv.data();
+  plan.interp_envp = envp.data();
+  InitServe(config, CloneStub(&plan));
 }
 
 namespace {

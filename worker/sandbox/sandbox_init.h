@@ -64,6 +64,12 @@ pid_t SpawnSandboxProcess(const SandboxProcessSpec& spec);
 // the hostname and mounts the sandbox's filesystems (`mount`, default MountSandboxFilesystems);
 // on failure reports and exits.
 void InitSetUp(const SandboxConfig& config, Status (*mount)(const SandboxConfig&) = nullptr);
+// StartStub: clones the sandbox's stub as InitMain does (fds 5-8 its socket and stdio; sharing
+// init's memory until it execs, so it returns once the stub has exec'd `command`, a warm
+// interpreter, with the sandbox's base environment; or, `command` empty, once the stub has
+// exec'd its job). The stub's pid, or -1 with errno. For init, after InitSetUp; a nursery's init
+// calls it for shell templates (nursery.h), while the mother waits.
+pid_t StartStub(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command);
 // InitServe: drops the job's fds, reaps until `stub` ends, kills and reaps the rest of the pid
 // namespace, reports the stub's wait status, exits (which ends the namespace). Allocates nothing
 // (a nursery's init runs it in memory the mother uses at the same time).

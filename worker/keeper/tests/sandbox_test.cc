@@ -351,6 +351,41 @@ TEST_F(ShZygoteTest, ShellJobsRunInTheWarmShell) {
   EXPECT_EQ(fds.out, "0 1 2 3 1000\n") << "only stdio (3 is ls's own directory fd)";
 }
 
+// Shell sandboxes come from the slot's shell mother (nursery_mother.h, ShellMotherInit) except in
+// AddressSanitizer builds: one user namespace for the slot, a fresh sandbox per job all the same.
+TEST_F(ShZygoteTest, ShellSandboxesComeFromTheSlotsMother) {
+  if (!ShellNurseryApplies(config_)) GTEST_SKIP() << "no shell nursery in this build";
+  // The mother: the slot's process running as sandbox root whose parent (the keeper) is host root.
+  auto mother_pid = [&]() {
+    pid_t found = -1;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      std::string name = e.path().filename();
+      struct stat st;
+      if (name[0] < '0' || name[0] > '9' || ::stat(e.path().c_str(), &st) != 0 || st.st_uid != config_.host_id_base) continue;
+      std::ifstream stat_file(e.path() / "stat");
+      std::string line;
+      std::getline(stat_file, line);
+      std::string ppid = std::to_string(std::atoi(line.substr(line.rfind(')') + 4).c_str()));
+      struct stat pst;
+      if (::stat(("/proc/" + ppid).c_str(), &pst) == 0 && pst.st_uid == 0) found = std::atoi(name.c_str());
+    }
+    return found;
+  };
+  JobRun a = RunShell("echo x > /work/a; readlink /proc/self/ns/user; ls /proc | grep -c '^[0-9]'; id -u");
+  pid_t mother = mother_pid();
+  ASSERT_GT(mother, 0);
+  char own_ns[64] = {};
+  ASSERT_GT(::readlink(("/proc/" + std::to_string(mother) + "/ns/user").c_str(), own_ns, sizeof own_ns - 1), 0);
+  // The job's user namespace is the mother's; its pid namespace holds only init, the shell and
+  // the shell's children (ls, grep); it runs as uid 1000.
+  EXPECT_EQ(a.out, std::string(own_ns) + "\n4\n1000\n") << a.err;
+  JobRun b = RunShell("test -e /work/a && echo found; grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t\n' '  '");
+  EXPECT_EQ(b.out, "CapEff: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 ") << b.err;
+  EXPECT_EQ(mother_pid(), mother) << "one mother serves the slot";
+  // The OOM killer's first choice is the job, not init (whose death would take the mother).
+  EXPECT_EQ(RunShell("cat /proc/self/oom_score_adj /proc/1/oom_score_adj").out, "1000\n0\n");
+}
+
 TEST_F(ShZygoteTest, ArgvJobsExecAndReportMissingBinaries) {
   JobRun r = Run({"/bin/echo", "a b", "it's"});
   EXPECT_EQ(r.out, "a b it's\n");
@@ -463,6 +498,9 @@ TEST_F(NurseryTest, EachJobIsAFreshCloneThatSharesNothing) {
       "s = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
       "print(os.getuid(), s['CapEff'], s['CapBnd'], s['NoNewPrivs'], s['Seccomp'], len(open('/proc/self/environ','rb').read()) > 0)");
   EXPECT_EQ(c.out, "1000 0000000000000000 0000000000000000 1 2 True\n") << c.err;
+  // The OOM killer's first choice is the job, not init (whose death would take the mother).
+  EXPECT_EQ(RunCode("print(open('/proc/self/oom_score_adj').read().strip(), open('/proc/1/oom_score_adj').read().strip())").out,
+            "1000 0\n");
   // A fresh python3's signal dispositions.
   JobRun sig = RunCode("import signal\nprint(signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN, signal.getsignal(signal.SIGINT) is signal.default_int_handler)");
   EXPECT_EQ(sig.out, "True True\n");
