@@ -26,7 +26,6 @@
 #include "worker/sandbox/rootfs.h"
 #include "worker/seccomp/seccomp_policy.h"
 
-
 namespace sandpool {
 namespace {
 
@@ -373,12 +372,17 @@ pid_t CloneStub(StubPlan* plan) {
 #endif
 }
 
-}  // namespace
-
-pid_t StartStub(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command) {
+// The stub of InitMain and StartStub: `nursery_lib` >= 0 makes it the template's nursery mother.
+pid_t LaunchStub(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command,
+                 int nursery_lib) {
   // Everything the stub will need, built now in init's memory.
   std::vector<std::string> interp = command, env = config.base_env;
-  StubPlan plan{&config, seccomp, -1, nullptr, nullptr, "/work", 1, "zygote"};
+  StubPlan plan{&config, seccomp, nursery_lib, nullptr, nullptr, "/work", 1, "zygote"};
+  if (nursery_lib >= 0) {
+    plan.interp_cwd = "/";
+    plan.keep_fds = 2;
+    plan.stage = "mother";
+  }
   std::vector<char*> interp_argv = CArray(interp), envp = CArray(env);
   if (!interp.empty()) {
     plan.interp_argv = interp_argv.data();
@@ -387,17 +391,16 @@ pid_t StartStub(const SandboxConfig& config, const SeccompProgram* seccomp, cons
   return CloneStub(&plan);
 }
 
+}  // namespace
+
+pid_t StartStub(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command) {
+  return LaunchStub(config, seccomp, command, -1);
+}
+
 void InitMain(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command,
               int nursery_lib) {
   InitSetUp(config);
-  if (nursery_lib < 0) InitServe(config, StartStub(config, seccomp, command));
-  // The stub becomes the nursery mother, exec'ing the interpreter with the library.
-  std::vector<std::string> interp = command, env = config.base_env;
-  StubPlan plan{&config, seccomp, nursery_lib, nullptr, nullptr, "/", 2, "mother"};
-  std::vector<char*> interp_argv = CArray(interp), envp = CArray(env);
-  plan.interp_argv = interp_argv.data();
-  plan.interp_envp = envp.data();
-  InitServe(config, CloneStub(&plan));
+  InitServe(config, LaunchStub(config, seccomp, command, nursery_lib));
 }
 
 namespace {
