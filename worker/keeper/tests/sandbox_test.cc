@@ -158,6 +158,15 @@ class SandboxTest : public ::testing::Test {
     return s;
   }
 
+  // The parent of host process `pid` (its stat line's 4th field), or 0 if it is gone.
+  static pid_t ParentPid(pid_t pid) {
+    std::ifstream stat_file("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat_file, line);
+    size_t paren = line.rfind(')');
+    return paren == std::string::npos ? 0 : std::atoi(line.substr(paren + 4).c_str());
+  }
+
   // Host processes whose real uid is `uid`.
   static int CountProcessesOfUid(uid_t uid) {
     int count = 0;
@@ -362,12 +371,9 @@ TEST_F(ShZygoteTest, ShellSandboxesComeFromTheSlotsMother) {
       std::string name = e.path().filename();
       struct stat st;
       if (name[0] < '0' || name[0] > '9' || ::stat(e.path().c_str(), &st) != 0 || st.st_uid != config_.host_id_base) continue;
-      std::ifstream stat_file(e.path() / "stat");
-      std::string line;
-      std::getline(stat_file, line);
-      std::string ppid = std::to_string(std::atoi(line.substr(line.rfind(')') + 4).c_str()));
+      pid_t pid = std::atoi(name.c_str());
       struct stat pst;
-      if (::stat(("/proc/" + ppid).c_str(), &pst) == 0 && pst.st_uid == 0) found = std::atoi(name.c_str());
+      if (::stat(("/proc/" + std::to_string(ParentPid(pid))).c_str(), &pst) == 0 && pst.st_uid == 0) found = pid;
     }
     return found;
   };
@@ -466,11 +472,7 @@ class NurseryTest : public PythonZygoteTest {
       std::string p = std::string("/proc/") + e->d_name;
       if (e->d_name[0] < '0' || e->d_name[0] > '9' || ::stat(p.c_str(), &st) != 0 || st.st_uid != config_.host_id_base) continue;
       pid_t pid = std::atoi(e->d_name);
-      std::ifstream stat_file(p + "/stat");
-      std::string stat_line;
-      std::getline(stat_file, stat_line);
-      pid_t ppid = std::atoi(stat_line.substr(stat_line.rfind(')') + 4).c_str());
-      if (IsNursery(pid) && !IsNursery(ppid)) found = pid;
+      if (IsNursery(pid) && !IsNursery(ParentPid(pid))) found = pid;
     }
     ::closedir(d);
     return found;
