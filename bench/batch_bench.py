@@ -49,16 +49,17 @@ def cpu_self() -> float:
 # --- the daemon stand-in ------------------------------------------------------------------------
 
 
-def standin(sock: str, scripts: Path, stop_after: int) -> None:
+def standin(sock: str, scripts: Path, stop_after: int, batch: int = 128) -> None:
     """Reads the queue like a daemon (XREADGROUP) and claims and finishes what it read the way
     JobLedger batches them: one CLAIM call per 128 entries (kMaxBatch), then one FINISH call per 128
     results, each result with the `started` event the daemon holds back for it; the calls of one
-    read are pipelined. Exits after `stop_after` jobs (0: never) or on SIGTERM. Prints its CPU at
-    the end."""
+    read are pipelined. `batch` smaller than 128 stands for a daemon whose loop turns gather fewer
+    results (a real daemon's usually do). Exits after `stop_after` jobs (0: never) or on SIGTERM.
+    Prints its CPU at the end."""
     r = redis.Redis(unix_socket_path=sock)
     claim = r.script_load((scripts / "claim.lua").read_text())
     finish = r.script_load((scripts / "finish.lua").read_text())
-    q, group, consumer, batch = "sandpool:q:default", "workers", "standin", 128
+    q, group, consumer = "sandpool:q:default", "workers", "standin"
     try:
         r.xgroup_create(q, group, id="0", mkstream=True)
     except redis.ResponseError:
@@ -198,11 +199,13 @@ def measure_bullmq(sock: str, n: int, peer: Path) -> Optional[Dict[str, Any]]:
 
 
 class Redis:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, wrap: Optional[List[str]] = None) -> None:
+        """wrap: a command the server runs under (valgrind, for bench/standin_cpu.py --callgrind)."""
         self.sock = str(tmp / "redis.sock")
-        self.proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", self.sock, "--save", "",
-                                      "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        self.proc = subprocess.Popen((wrap or []) + ["redis-server", "--port", "0", "--unixsocket", self.sock, "--save",
+                                                     "", "--appendonly", "no", "--dir", str(tmp)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if wrap else None)
+        deadline = time.monotonic() + (120 if wrap else 10)
         while True:
             try:
                 if redis.Redis(unix_socket_path=self.sock).ping():
@@ -246,6 +249,7 @@ def main() -> None:
     ap.add_argument("--socket")
     ap.add_argument("--scripts", type=Path)
     ap.add_argument("--n", type=int, default=100000)
+    ap.add_argument("--batch", type=int, default=128, help="standin: entries per CLAIM and FINISH call")
     ap.add_argument("--naive-n", type=int, default=3000)
     ap.add_argument("--daemon-n", type=int, default=1000)
     ap.add_argument("--bullmq-dir", type=Path, default=HERE / "out" / "bullmq-peer")
@@ -255,7 +259,7 @@ def main() -> None:
     ap.add_argument("--cmdline", default="bash bench/batch.sh")
     a = ap.parse_args()
     if a.mode == "standin":
-        standin(a.socket, a.scripts, a.n)
+        standin(a.socket, a.scripts, a.n, a.batch)
         return
     if a.mode == "report":
         rows = [json.loads(x) for x in a.rows.read_text().splitlines() if x.startswith("{")]

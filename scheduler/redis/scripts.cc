@@ -15,56 +15,57 @@ namespace sandpool {
 // sp_targets(list) splits a job hash's space-separated `notify` list; sp_add(list, target) adds one
 // (at most 16 different streams per job).
 #define SANDPOOL_LUA_NOTIFY \
-  "local function sp_uint(s, i, n)\n" \
-  "  local v = 0\n" \
-  "  for k = i, i + n - 1 do v = v * 256 + string.byte(s, k) end\n" \
-  "  return v\n" \
-  "end\n" \
-  "local sp_lens = {[0xc4] = 1, [0xc5] = 2, [0xc6] = 4, [0xd9] = 1, [0xda] = 2, [0xdb] = 4}\n" \
-  "local sp_ints = {[0xcc] = 1, [0xcd] = 2, [0xce] = 4, [0xcf] = 8, [0xd0] = 1, [0xd1] = 2, [0xd2] = 4, [0xd3] = 8}\n" \
-  "local sp_fixext = {[0xd4] = 1, [0xd5] = 2, [0xd6] = 4, [0xd7] = 8, [0xd8] = 16}\n" \
-  "local sp_ext = {[0xc7] = 1, [0xc8] = 2, [0xc9] = 4}\n" \
-  "-- The value at i (strings only when want), the index after it, and for an array or map the\n" \
-  "-- number of items that follow it.\n" \
-  "local function sp_read(s, i, want)\n" \
-  "  local b = string.byte(s, i)\n" \
-  "  if not b then return nil, i + 1 end\n" \
-  "  if b <= 0x7f then return b, i + 1 end\n" \
-  "  if b >= 0xe0 then return b - 256, i + 1 end\n" \
-  "  if b >= 0xa0 and b <= 0xbf then return want and string.sub(s, i + 1, i + b - 0xa0), i + 1 + b - 0xa0 end\n" \
-  "  if b >= 0x80 and b <= 0x8f then return nil, i + 1, (b - 0x80) * 2 end\n" \
-  "  if b >= 0x90 and b <= 0x9f then return nil, i + 1, b - 0x90 end\n" \
-  "  if b == 0xc0 then return nil, i + 1 end\n" \
-  "  if b == 0xc2 or b == 0xc3 then return b == 0xc3, i + 1 end\n" \
-  "  if sp_lens[b] then\n" \
-  "    local n = sp_uint(s, i + 1, sp_lens[b])\n" \
-  "    return want and string.sub(s, i + 1 + sp_lens[b], i + sp_lens[b] + n), i + 1 + sp_lens[b] + n\n" \
-  "  end\n" \
-  "  if sp_ints[b] then\n" \
-  "    local v = sp_uint(s, i + 1, sp_ints[b])\n" \
-  "    if b >= 0xd0 and v >= 2 ^ (8 * sp_ints[b] - 1) then v = v - 2 ^ (8 * sp_ints[b]) end\n" \
-  "    return v, i + 1 + sp_ints[b]\n" \
-  "  end\n" \
-  "  if b == 0xca then return 0, i + 5 end\n" \
-  "  if b == 0xcb then return 0, i + 9 end\n" \
-  "  if b == 0xdc then return nil, i + 3, sp_uint(s, i + 1, 2) end\n" \
-  "  if b == 0xdd then return nil, i + 5, sp_uint(s, i + 1, 4) end\n" \
-  "  if b == 0xde then return nil, i + 3, 2 * sp_uint(s, i + 1, 2) end\n" \
-  "  if b == 0xdf then return nil, i + 5, 2 * sp_uint(s, i + 1, 4) end\n" \
-  "  if sp_fixext[b] then return nil, i + 2 + sp_fixext[b] end\n" \
-  "  if sp_ext[b] then return nil, i + 2 + sp_ext[b] + sp_uint(s, i + 1, sp_ext[b]) end\n" \
-  "  return nil, i + 1\n" \
-  "end\n" \
-  "local function sp_skip(s, i)\n" \
-  "  local pending = 1\n" \
-  "  while pending > 0 and i <= #s do\n" \
-  "    local _, j, items = sp_read(s, i, false)\n" \
-  "    pending = pending - 1 + (items or 0)\n" \
-  "    i = j\n" \
-  "  end\n" \
-  "  return i\n" \
-  "end\n" \
   "local function sp_summary(s)\n" \
+  "  -- The reader is built here, not at every call of the script: only a resubmission needs it.\n" \
+  "  local function sp_uint(s, i, n)\n" \
+  "    local v = 0\n" \
+  "    for k = i, i + n - 1 do v = v * 256 + string.byte(s, k) end\n" \
+  "    return v\n" \
+  "  end\n" \
+  "  local sp_lens = {[0xc4] = 1, [0xc5] = 2, [0xc6] = 4, [0xd9] = 1, [0xda] = 2, [0xdb] = 4}\n" \
+  "  local sp_ints = {[0xcc] = 1, [0xcd] = 2, [0xce] = 4, [0xcf] = 8, [0xd0] = 1, [0xd1] = 2, [0xd2] = 4, [0xd3] = 8}\n" \
+  "  local sp_fixext = {[0xd4] = 1, [0xd5] = 2, [0xd6] = 4, [0xd7] = 8, [0xd8] = 16}\n" \
+  "  local sp_ext = {[0xc7] = 1, [0xc8] = 2, [0xc9] = 4}\n" \
+  "  -- The value at i (strings only when want), the index after it, and for an array or map the\n" \
+  "  -- number of items that follow it.\n" \
+  "  local function sp_read(s, i, want)\n" \
+  "    local b = string.byte(s, i)\n" \
+  "    if not b then return nil, i + 1 end\n" \
+  "    if b <= 0x7f then return b, i + 1 end\n" \
+  "    if b >= 0xe0 then return b - 256, i + 1 end\n" \
+  "    if b >= 0xa0 and b <= 0xbf then return want and string.sub(s, i + 1, i + b - 0xa0), i + 1 + b - 0xa0 end\n" \
+  "    if b >= 0x80 and b <= 0x8f then return nil, i + 1, (b - 0x80) * 2 end\n" \
+  "    if b >= 0x90 and b <= 0x9f then return nil, i + 1, b - 0x90 end\n" \
+  "    if b == 0xc0 then return nil, i + 1 end\n" \
+  "    if b == 0xc2 or b == 0xc3 then return b == 0xc3, i + 1 end\n" \
+  "    if sp_lens[b] then\n" \
+  "      local n = sp_uint(s, i + 1, sp_lens[b])\n" \
+  "      return want and string.sub(s, i + 1 + sp_lens[b], i + sp_lens[b] + n), i + 1 + sp_lens[b] + n\n" \
+  "    end\n" \
+  "    if sp_ints[b] then\n" \
+  "      local v = sp_uint(s, i + 1, sp_ints[b])\n" \
+  "      if b >= 0xd0 and v >= 2 ^ (8 * sp_ints[b] - 1) then v = v - 2 ^ (8 * sp_ints[b]) end\n" \
+  "      return v, i + 1 + sp_ints[b]\n" \
+  "    end\n" \
+  "    if b == 0xca then return 0, i + 5 end\n" \
+  "    if b == 0xcb then return 0, i + 9 end\n" \
+  "    if b == 0xdc then return nil, i + 3, sp_uint(s, i + 1, 2) end\n" \
+  "    if b == 0xdd then return nil, i + 5, sp_uint(s, i + 1, 4) end\n" \
+  "    if b == 0xde then return nil, i + 3, 2 * sp_uint(s, i + 1, 2) end\n" \
+  "    if b == 0xdf then return nil, i + 5, 2 * sp_uint(s, i + 1, 4) end\n" \
+  "    if sp_fixext[b] then return nil, i + 2 + sp_fixext[b] end\n" \
+  "    if sp_ext[b] then return nil, i + 2 + sp_ext[b] + sp_uint(s, i + 1, sp_ext[b]) end\n" \
+  "    return nil, i + 1\n" \
+  "  end\n" \
+  "  local function sp_skip(s, i)\n" \
+  "    local pending = 1\n" \
+  "    while pending > 0 and i <= #s do\n" \
+  "      local _, j, items = sp_read(s, i, false)\n" \
+  "      pending = pending - 1 + (items or 0)\n" \
+  "      i = j\n" \
+  "    end\n" \
+  "    return i\n" \
+  "  end\n" \
   "  local out = {}\n" \
   "  local _, i, n = sp_read(s, 1, false)\n" \
   "  for _ = 1, (n or 0) / 2 do\n" \
@@ -214,7 +215,12 @@ local function finish(k, a, live)
   if h[3] and h[3] ~= entry then return 'dup' end
   if h[1] and (h[1] ~= consumer or h[2] ~= attempt) then return 'fenced' end
   redis.call('SET', res, result, 'EX', ttl)
-  redis.call('HSET', job, 'state', 'done', 'entry', entry, 'consumer', consumer, 'attempt', attempt, 'done_ms', now_ms)
+  if h[1] and h[3] then
+    -- The claim wrote entry, consumer and attempt, and they were just found equal.
+    redis.call('HSET', job, 'state', 'done', 'done_ms', now_ms)
+  else
+    redis.call('HSET', job, 'state', 'done', 'entry', entry, 'consumer', consumer, 'attempt', attempt, 'done_ms', now_ms)
+  end
   redis.call('EXPIRE', job, ttl)
   publish(out, ARGV[a + 3])
   local known = {outcome = ARGV[a + 5], exit_code = tonumber(ARGV[a + 6]), error = ARGV[a + 7] ~= '' and ARGV[a + 7] or nil}
@@ -233,10 +239,53 @@ for k = 1, #KEYS, 4 do
   out[#out + 1] = ok and verdict or sp_error(verdict)
   a = a + 9 + live
 end
--- One XACK and one XDEL per stream for the whole batch.
+-- Where the stream can be trimmed (XTRIM MINID: every entry before it goes): the group's oldest
+-- pending entry, or, with nothing pending, the entry after the last one delivered. Every entry
+-- before that point was delivered and is no longer pending, so it was acknowledged: its result is
+-- stored (or it was a duplicate, forwarded or rejected), and the protocol has it deleted. nil when
+-- the point cannot be named (no such stream or group; a sequence number beyond Lua's exact integers).
+local function trim_point(stream)
+  local groups = redis.pcall('XINFO', 'GROUPS', stream)  -- an error when the stream is gone
+  if groups.err then return nil end
+  for _, g in ipairs(groups) do
+    local f = {}
+    for i = 1, #g, 2 do f[g[i]] = g[i + 1] end
+    if f.name == group then
+      if f.pending > 0 then return redis.call('XPENDING', stream, group)[2] end
+      local ms, seq = string.match(f['last-delivered-id'] or '', '^(%d+)-(%d+)$')
+      if not seq or #seq > 15 then return nil end
+      return ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+    end
+  end
+  return nil
+end
+-- Whether stream entry id a comes before b (ids are "<ms>-<seq>", decimal without leading zeros).
+local function before(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if #am ~= #bm then return #am < #bm end
+  if am ~= bm then return am < bm end
+  if #as ~= #bs then return #as < #bs end
+  return as < bs
+end
+-- One XACK per stream for the whole batch; then its entries leave the stream. XDEL finds each
+-- entry by walking its listpack node from the start (about 37k instructions of Redis per entry,
+-- more than any other command a job costs), while XTRIM drops whole nodes and walks a partial one
+-- once. So a batch of 4 or more trims up to the trim point and deletes only the entries at or
+-- after it (finished while an older job still runs); a smaller batch deletes its entries, since
+-- finding the point costs about as much as it saves there. Either way no acknowledged entry stays,
+-- and the stream holds only queued and running jobs (PROTOCOL.md section 2).
 for _, stream in ipairs(streams) do
-  redis.call('XACK', stream, group, unpack(acks[stream]))
-  redis.call('XDEL', stream, unpack(acks[stream]))
+  local ids = acks[stream]
+  redis.call('XACK', stream, group, unpack(ids))
+  local point = #ids >= 4 and trim_point(stream)
+  if point then
+    redis.call('XTRIM', stream, 'MINID', point)
+    local after = {}
+    for _, id in ipairs(ids) do if not before(id, point) then after[#after + 1] = id end end
+    ids = after
+  end
+  if #ids > 0 then redis.call('XDEL', stream, unpack(ids)) end
 end
 sp_expire_notified(ttl)
 return out

@@ -4,13 +4,15 @@ client user cannot read or forge anything else. The password reaches the daemon 
 SANDPOOL_REDIS_URL, not its command line."""
 
 import socket
+import subprocess
 import time
+from pathlib import Path
 
 import msgpack
 import pytest
 import redis
 
-from hostile_support import REPO, Daemon, RedisServer, new_id, wait_for
+from hostile_support import REPO, SANDPOOLD, Daemon, RedisServer, new_id, wait_for
 
 DAEMON_PW = "daemon-" + new_id("pw")
 CLIENT_PW = "client-" + new_id("pw")
@@ -168,3 +170,28 @@ def test_client_user_cannot_pattern_subscribe(acl_setup):
         sub.psubscribe("sandpool:out:*")
         sub.get_message(timeout=2)
         sub.get_message(timeout=2)
+
+
+def test_daemon_user_may_run_every_command_of_a_batched_finish(acl_setup):
+    """A FINISH of four or more entries trims the queue's stream (XINFO GROUPS, XPENDING, XTRIM:
+    PROTOCOL.md section 2); with two workers the daemon above rarely sends one, so the script runs
+    here directly, as the daemon's user, on a queue of its own: every command it calls must be in
+    the documented rules."""
+    server, d, client, port, url = acl_setup
+    dump = Path(SANDPOOLD).parent / "sandpool_dump_scripts"
+    finish = subprocess.run([str(dump), "finish"], capture_output=True, text=True, check=True).stdout
+    daemon = redis.Redis(host="127.0.0.1", port=port, username="sandpool-daemon", password=DAEMON_PW,
+                         socket_timeout=30)
+    q = f"sandpool:q:{new_id('acltrim')}"
+    daemon.xgroup_create(q, "workers", id="0", mkstream=True)
+    ids = [new_id("acltrim") for _ in range(6)]
+    entries = [daemon.xadd(q, {"id": i}).decode() for i in ids]
+    daemon.xreadgroup("workers", "acl-test", {q: ">"}, count=5)  # the sixth stays queued
+    keys, args = [], ["acl-test", "60", "workers", "sandpool"]
+    for i, e in zip(ids[:4], entries[:4]):
+        keys += [f"sandpool:job:{i}", f"sandpool:result:{i}", q, f"sandpool:out:{i}"]
+        args += [e, "1", "result", "exited", i, "exit", "0", "", "0"]
+    assert daemon.eval(finish, len(keys), *keys, *args) == [b"ok"] * 4
+    # The four are gone (trimmed), the fifth still runs, the sixth is queued.
+    assert [e.decode() for e, _ in daemon.xrange(q)] == entries[4:]
+    daemon.delete(q)

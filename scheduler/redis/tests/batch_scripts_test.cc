@@ -309,5 +309,59 @@ TEST_F(FinishBatch, PublishesOnlyWhereSomeoneListens) {
   EXPECT_NE(text.find("cmdstat_publish:calls=5,"), std::string::npos) << text;
 }
 
+
+// A finished entry leaves the queue's stream in every shape of batch: a batch of 4 or more trims
+// the stream up to its oldest pending entry (or past the last one delivered) and deletes the rest
+// of its entries; a smaller batch deletes its own. Entries still running and entries not yet
+// delivered stay, so the stream holds only queued and running jobs.
+TEST_F(FinishBatch, FinishedEntriesLeaveTheStreamAndNothingElseDoes) {
+  auto ids = [&](const std::string& key) {
+    std::vector<std::string> out;
+    auto r = Must({"XRANGE", key, "-", "+"});
+    for (size_t i = 0; i < r->elements; ++i) out.push_back(Str(r->element[i]->element[0]));
+    return out;
+  };
+  // Entries <ms>-1 .. <ms>-n on `stream`; the first `delivered` are read and claimed.
+  auto queue = [&](const std::string& stream, int ms, int n, int delivered) {
+    Must({"XGROUP", "CREATE", stream, kGroup, "0", "MKSTREAM"});
+    for (int i = 1; i <= n; ++i) {
+      std::string id = "j" + std::to_string(ms) + "-" + std::to_string(i);
+      Must({"XADD", stream, std::to_string(ms) + "-" + std::to_string(i), "id", id});
+    }
+    Must({"XREADGROUP", "GROUP", kGroup, kConsumer, "COUNT", std::to_string(delivered), "STREAMS", stream, ">"});
+    for (int i = 1; i <= delivered; ++i) {
+      std::string id = "j" + std::to_string(ms) + "-" + std::to_string(i);
+      auto r = Claim("t", {{id, std::to_string(ms) + "-" + std::to_string(i)}});
+      EXPECT_EQ(Str(r->element[0]), "run");
+    }
+  };
+  auto finish = [&](const std::string& stream, int ms, const std::vector<int>& which) {
+    std::vector<FinishArgs> batch;
+    for (int i : which) {
+      batch.push_back({"j" + std::to_string(ms) + "-" + std::to_string(i), std::to_string(ms) + "-" + std::to_string(i),
+                       stream});
+    }
+    auto r = Finish("t", batch);
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY);
+    for (const std::string& v : Strings(r.get())) EXPECT_EQ(v, "ok");
+  };
+
+  // 10-2 and 10-7 keep running, 10-8 is still queued; five others finish in one batch.
+  queue("t:q", 10, 8, 7);
+  finish(":q", 10, {1, 3, 4, 5, 6});
+  EXPECT_EQ(ids("t:q"), (std::vector<std::string>{"10-2", "10-7", "10-8"}));
+  EXPECT_EQ(Must({"XPENDING", "t:q", kGroup})->element[0]->integer, 2);
+  // A batch of two: its entries are deleted; the queued one stays.
+  finish(":q", 10, {7, 2});
+  EXPECT_EQ(ids("t:q"), (std::vector<std::string>{"10-8"}));
+
+  // Nothing left pending: the trim stops right after the last entry delivered.
+  queue("t:q2", 20, 6, 5);
+  finish(":q2", 20, {5, 4, 3, 2, 1});
+  EXPECT_EQ(ids("t:q2"), (std::vector<std::string>{"20-6"}));
+  EXPECT_EQ(Must({"XPENDING", "t:q2", kGroup})->element[0]->integer, 0);
+  for (int i = 1; i <= 5; ++i) EXPECT_EQ(Str(Must({"GET", "t:result:j20-" + std::to_string(i)}).get()), "result-of-j20-" + std::to_string(i));
+}
+
 }  // namespace
 }  // namespace sandpool
