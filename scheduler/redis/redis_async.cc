@@ -1,13 +1,12 @@
 #include "scheduler/redis/redis_async.h"
 
-#include <hiredis/adapters/libevent.h>
-
 #include <cstring>
 #include <unordered_map>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sha1.h"
+#include "scheduler/redis/redis_libevent.h"
 
 namespace sandpool {
 namespace {
@@ -53,7 +52,7 @@ void RedisAsync::Connect() {
     return;
   }
   ac_->data = this;
-  redisLibeventAttach(ac_, base_);
+  AttachRedisToLoop(ac_, base_);
   redisAsyncSetConnectCallback(ac_, &RedisAsync::OnConnect);
   redisAsyncSetDisconnectCallback(ac_, &RedisAsync::OnDisconnect);
 }

@@ -1,0 +1,27 @@
+// Attaches a hiredis async context to a libevent loop: hiredis's own libevent adapter
+// (hiredis/adapters/libevent.h) with a different write side.
+//
+// Why: hiredis 0.14's redisBufferWrite drops what one write() sent from the front of its output
+// buffer with a memmove, after every write(). A command of B bytes over a socket that takes S bytes
+// per write() therefore moves about B²/2S bytes: a session reading back a 1 MiB file (the result
+// and its `exited` event, 2 MiB in one script call) spent 11% of the daemon's CPU in that memmove,
+// and 16 MiB took over a second. Here the written prefix stays in the buffer and an offset moves
+// on; the prefix is dropped once the buffer is all written (as hiredis does) or once it is at
+// least 1 MiB and half the buffer, so each byte is moved at most about once.
+//
+// Contract: REQUIRES ac freshly connected (redisAsyncConnect*) and nothing attached yet; every
+// write to the context's socket then goes through this adapter (hiredis writes an async context
+// only from redisAsyncHandleWrite, which the adapter calls only before the connection is up and
+// after a write error, with its own offset folded back into the buffer first). The adapter's
+// state is freed by hiredis (ev.cleanup) with the context. Loop thread only.
+#pragma once
+
+#include <event2/event.h>
+#include <hiredis/async.h>
+
+namespace sandpool {
+
+// Returns false when something is attached already (hiredis's REDIS_ERR).
+bool AttachRedisToLoop(redisAsyncContext* ac, struct event_base* base);
+
+}  // namespace sandpool
