@@ -137,10 +137,10 @@ Result<Sandbox> FinishSandbox(Sandbox sb, const std::string& id_map) {
 namespace {
 
 // What init becomes after clone: a job sandbox's init (InitMain, with `command` and
-// `nursery_lib`), or, given `session_init`, that (with `fresh`).
+// `nursery_lib`), or, given `custom_init`, that (with `fresh`).
 Result<Sandbox> CloneSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
                              const SeccompProgram* seccomp, const std::vector<std::string>* command,
-                             int nursery_lib, SessionInit session_init, bool fresh) {
+                             int nursery_lib, CustomInit custom_init, bool fresh) {
   auto fds = MakeSandboxFds();
   if (!fds.ok()) {
     (void)cgroup.Remove();
@@ -175,8 +175,8 @@ Result<Sandbox> CloneSandbox(const SandboxConfig& config, uint32_t slot, Sandbox
   }
   if (pid == 0) {
     if (int err = ArrangeFds(keep, nkeep)) ::_exit(100 + err % 100);  // its status pipe is not in place
-    if (session_init != nullptr) {
-      session_init(config, seccomp, fresh);
+    if (custom_init != nullptr) {
+      custom_init(config, seccomp, fresh);
       ::_exit(1);  // it never returns
     }
     InitMain(config, seccomp, *command, nursery_lib >= 0 ? 9 : -1);
@@ -202,12 +202,12 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, Sandb
 }
 
 Result<Sandbox> PrepareMotherSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
-                                     const SeccompProgram* seccomp, SessionInit init) {
+                                     const SeccompProgram* seccomp, CustomInit init) {
   return CloneSandbox(config, slot, std::move(cgroup), seccomp, nullptr, -1, init, false);
 }
 
 Result<Sandbox> PrepareSessionSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
-                                      const SeccompProgram* seccomp, bool fresh, SessionInit init) {
+                                      const SeccompProgram* seccomp, bool fresh, CustomInit init) {
   return CloneSandbox(config, slot, std::move(cgroup), seccomp, nullptr, -1, init, fresh);
 }
 

@@ -56,23 +56,23 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, Sandb
                                const SeccompProgram* seccomp, const std::vector<std::string>& command,
                                int nursery_lib = -1);
 
-// What a session sandbox's init runs after clone, its fds in place (sandbox_init.h's rules for
-// init hold for it): set-up on the session's disk (`fresh`: a new one), then the session's
-// agent. Never returns. The session side passes its own (worker/session/session_agent.h); a
-// shell nursery's mother is one too (PrepareMotherSandbox, `fresh` unused).
-using SessionInit = void (*)(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh);
+// An init of the caller's own, run after clone in place of a job's (InitMain), its fds in place
+// (sandbox_init.h's rules for init hold for it). Never returns. Two kinds: a session's
+// (worker/session/session_agent.h: set-up on the session's disk, `fresh` a new one, then the
+// session's agent) and a shell nursery's mother (PrepareMotherSandbox, `fresh` unused).
+using CustomInit = void (*)(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh);
 
 // A session's sandbox (worker/session/session_keeper.h): init (`init`) mounts the session's disk
 // (at layout::kDisk, made ready by the keeper; `fresh`: new) as its root and becomes the
 // session's agent, whose socket is `stub` (its 'R' was read: it is serving). The stdio pipes are
 // unused.
 Result<Sandbox> PrepareSessionSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
-                                      const SeccompProgram* seccomp, bool fresh, SessionInit init);
+                                      const SeccompProgram* seccomp, bool fresh, CustomInit init);
 
 // A shell template's nursery mother (worker/runners/nursery.h): a sandbox like PrepareSandbox's
 // whose init is `init` (ShellMotherInit), which says 'R' on the stub socket when it serves.
 Result<Sandbox> PrepareMotherSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
-                                     const SeccompProgram* seccomp, SessionInit init);
+                                     const SeccompProgram* seccomp, CustomInit init);
 
 // The two ends of a sandbox's pipes and stub socket: the host's, in a Sandbox, and the six
 // init takes, in the order it expects them at fds 3-8 (sync read, status write, stub socket,

@@ -24,7 +24,7 @@ struct SeccompProgram;
 // fd 5: the socket to the scheduler (first, 'R' on it when ready). Never returns.
 [[noreturn]] void SessionAgentMain(const SandboxConfig& config, const SeccompProgram* seccomp);
 
-// init's whole life in a session sandbox (the SessionInit that session_keeper.cc hands
+// init's whole life in a session sandbox (the CustomInit that session_keeper.cc hands
 // PrepareSessionSandbox): set-up on the session's disk (`fresh`: a new one; InitSetUp with
 // MountSessionFilesystems), then SessionAgentMain until the keeper ends it.
 [[noreturn]] void SessionInitMain(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh);
