@@ -177,6 +177,14 @@ def _is_nursery(pid: int) -> bool:
         return False
 
 
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[1])
+    except (OSError, ValueError):
+        return 0
+
+
 def _real_exe(pid: int) -> str:
     try:
         return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
@@ -296,8 +304,10 @@ class Pool:
         and one stub or warm interpreter (the job uid) whose exe is sandpoold or an interpreter;
         a python slot with a nursery also holds its mother and that mother's init, so its
         sandbox root's uid may have two nursery processes (the mother, the ready sandbox's init)
-        beside the mother's init. Anything else in the uid range (a second process of a slot's
-        job uid, any other program) outlived its job."""
+        beside the mother's init. A mother's ready sandbox is her only child among them: a second
+        one is an init that outlived its job (for a shell template the mother is herself the
+        init of the slot's first sandbox, named like the inits she clones). Anything else in the
+        uid range (a second process of a slot's job uid, any other program) outlived its job."""
         procs = self.sandbox_processes()
         per_uid: Dict[int, List[int]] = {}
         for pid, uid in procs.items():
@@ -309,7 +319,10 @@ class Pool:
                 if exe and exe != self.daemon_exe and os.path.realpath(exe) not in IDLE_EXES:
                     bad.append(f"pid {pid} uid {uid} exe={exe} cmd={_cmdline(pid)!r}")
             nursery = [p for p in pids if _is_nursery(p)]
-            if len(nursery) > 2 or len(pids) - len(nursery) > 1:
+            children: Dict[int, int] = {}
+            for p in nursery:
+                children[_parent(p)] = children.get(_parent(p), 0) + 1
+            if len(nursery) > 2 or len(pids) - len(nursery) > 1 or any(n > 1 for n in children.values()):
                 bad.append(f"uid {uid} has {len(pids)} processes: " + ", ".join(f"{p}:{_real_exe(p)}:{_cmdline(p)!r}" for p in pids))
         return bad
 
