@@ -58,6 +58,11 @@ class OpResult:
             m = msgpack.unpackb(data, raw=False, strict_map_key=False)
         except Exception as e:  # noqa: BLE001 - any decode failure is a protocol error
             raise ProtocolError(f"undecodable operation result: {e}") from e
+        return cls.from_map(m)
+
+    @classmethod
+    def from_map(cls, m: Any) -> "OpResult":
+        """From a decoded result map (an `exited` event carries one: no second decode)."""
         if not isinstance(m, dict) or m.get("v") != SESSION_PROTOCOL_VERSION:
             raise ProtocolError("not an operation result map (v 2)")
         err = m.get("error")
@@ -379,10 +384,9 @@ class SessionOps:
         sub = yield from subscribe(keys, op_id)
         try:
             yield Cmd(("XADD", stream, "*", *flat_fields(self._request(op, op_id, fields))))
-            raw = yield from _wait_result(keys, self.client.poll_interval, sub, op_id, deadline)
+            res = yield from _wait_result(keys, self.client.poll_interval, sub, op_id, deadline)
         finally:
             yield Close(sub)
-        res = OpResult.from_bytes(raw)
         if not res.ok:
             e = res.error or ErrorInfo(code="internal", message="no error given", retryable=False)
             raise SessionError(op, self.id, e.code, e.message, e.retryable)
@@ -419,13 +423,13 @@ def _command_fields(command: Mapping[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in m.items() if k not in ("v", "id")}
 
 
-def _wait_result(keys: Any, poll_interval: float, sub: Any, op_id: str, deadline: Optional[float]) -> Op[bytes]:
-    """The operation's stored result: from its exited event, or the result key."""
+def _wait_result(keys: Any, poll_interval: float, sub: Any, op_id: str, deadline: Optional[float]) -> Op[OpResult]:
+    """The operation's stored result: from its exited event (decoded once), or the result key."""
     started = time.monotonic()
     while True:
         stored = yield Cmd(("GET", keys.result(op_id)))
         if stored is not None:
-            return stored
+            return OpResult.from_bytes(stored)
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             raise WaitTimeout(op_id, now - started)
@@ -440,5 +444,5 @@ def _wait_result(keys: Any, poll_interval: float, sub: Any, op_id: str, deadline
             except Exception:  # noqa: BLE001 - a bad message: the result key decides
                 break
             if isinstance(ev, dict) and ev.get("type") == "exited" and isinstance(ev.get("result"), dict):
-                return msgpack.packb(ev["result"], use_bin_type=True)
+                return OpResult.from_map(ev["result"])
             break
