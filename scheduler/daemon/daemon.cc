@@ -97,7 +97,7 @@ Status Daemon::Start() {
   ledger_ = std::make_unique<JobLedger>(base_, cmd_.get(), keys_, config_, &metrics_);
   StreamReader::Hooks reading;
   reading.on_entries = [this](std::vector<StreamEntry> e) { OnEntries(std::move(e)); };
-  reading.holds = [this](const std::string& entry) { return ledger_->Holds(entry); };
+  reading.holds = [this](const std::string& stream, const std::string& entry) { return ledger_->Holds(stream, entry); };
   stream_reader_ = std::make_unique<StreamReader>(
       reader_.get(), cmd_.get(), keys_, config_,
       StreamReader::JobStreams(keys_, config_, [this] { return IntakeCapacity(); },
@@ -258,7 +258,8 @@ void Daemon::Claim(Slot* slot, Admitted job, StreamEntry e) {
       [this, slot, shared, stream, entry, job_id](JobLedger::Verdict verdict, uint32_t attempt) {
         claiming_.erase(job_id);
         bool cancel_heard = cancels_heard_.erase(job_id) > 0;
-        if (verdict == JobLedger::Verdict::kRun && !ledger_->Holds(entry)) verdict = JobLedger::Verdict::kDrop;
+        // Dropped meanwhile (a lease lost, a drain): someone else runs it now.
+        if (verdict == JobLedger::Verdict::kRun && !ledger_->Holds(stream, entry)) verdict = JobLedger::Verdict::kDrop;
         switch (verdict) {
           case JobLedger::Verdict::kRun: {
             SlotJob run;
@@ -323,7 +324,7 @@ void Daemon::Claim(Slot* slot, Admitted job, StreamEntry e) {
       });
   if (!sent) {
     claiming_.erase(job_id);
-    ledger_->Drop(entry);
+    ledger_->Drop(stream, entry);
     slot->Release();
   }
 }
@@ -340,7 +341,7 @@ void Daemon::OnJobFinished(Slot& s, const SlotJob& job, JobResult&& r) {
   if (takeovers_.erase(r.id) > 0) {
     // Another daemon took this job over while it ran here: its result is that daemon's to give.
     LogWarn("job killed: another daemon took it over", {{"job", r.id}});
-    ledger_->Drop(job.entry);
+    ledger_->Drop(job.stream, job.entry);
   } else {
     pools_->NoteRun(s.template_index(), static_cast<double>(r.exec_time_us) / 1e6);
     ledger_->Finish(std::move(r), job.stream, job.entry, s.NextSeq(), config_.templates[s.template_index()].name);
@@ -366,13 +367,14 @@ void Daemon::OnCancel(const std::string& job_id) {
 
 // Another daemon took over an entry we hold (we were presumed dead: a lease ran out while we
 // could not renew it). Whatever runs it here stops now; a waiting entry is forgotten.
-void Daemon::OnLeaseLost(const std::string& entry) {
-  ledger_->Drop(entry);
+void Daemon::OnLeaseLost(const std::string& stream, const std::string& entry) {
+  ledger_->Drop(stream, entry);
   for (auto& w : waiting_) {
-    w.erase(std::remove_if(w.begin(), w.end(), [&](const StreamEntry& e) { return e.id == entry; }), w.end());
+    w.erase(std::remove_if(w.begin(), w.end(), [&](const StreamEntry& e) { return e.stream == stream && e.id == entry; }),
+            w.end());
   }
   for (auto& [job_id, slot] : running_) {
-    if (slot->job() != nullptr && slot->job()->entry == entry) {
+    if (slot->job() != nullptr && slot->job()->stream == stream && slot->job()->entry == entry) {
       LogWarn("lost the lease of a running job; killing it", {{"job", job_id}, {"entry", entry}});
       takeovers_[job_id] = KillReason::kTakenOver;
       slot->Kill(KillReason::kTakenOver);
@@ -407,7 +409,7 @@ void Daemon::Heartbeat() {
   if (!cmd_->connected()) return;
   // Anything that failed on an error reply (not a lost connection) is retried from here.
   ledger_->FlushPending();
-  ledger_->RefreshLeases([this](const std::string& entry) { OnLeaseLost(entry); });
+  ledger_->RefreshLeases([this](const std::string& stream, const std::string& entry) { OnLeaseLost(stream, entry); });
   // Cancels never depend on pub/sub alone: the flags of what runs here are read every beat.
   std::vector<std::string> ids;
   for (const auto& [id, slot] : running_) ids.push_back(id);
@@ -551,7 +553,7 @@ void Daemon::Drain(const char* why) {
   // gets them through the pending list, unclaimed, so they run normally. Stopping the reader
   // drops a reply that may be on its way for the same reason.
   for (auto& w : waiting_) {
-    for (const StreamEntry& e : w) ledger_->Drop(e.id);
+    for (const StreamEntry& e : w) ledger_->Drop(e.stream, e.id);
     w.clear();
   }
   if (stream_reader_) stream_reader_->Stop();

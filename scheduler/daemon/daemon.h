@@ -79,7 +79,7 @@ class Daemon {
   void Claim(Slot* slot, Admitted job, StreamEntry e);
   void Reject(const StreamEntry& e, const Rejection& why);
   void OnCancel(const std::string& job_id);
-  void OnLeaseLost(const std::string& entry);
+  void OnLeaseLost(const std::string& stream, const std::string& entry);
   void OnSlotReady(Slot& s);
   void OnJobFinished(Slot& s, const SlotJob& job, JobResult&& r);
 

@@ -18,7 +18,7 @@ void SettleClaim(JobLedger* ledger, JobLedger::Verdict v, const std::string& str
       ledger->Ack(stream, entry);
       return;
     case JobLedger::Verdict::kUnknown:
-      ledger->Drop(entry);
+      ledger->Drop(stream, entry);
       return;
     case JobLedger::Verdict::kRun:
       break;

@@ -41,12 +41,11 @@ JobLedger::~JobLedger() {
 
 bool JobLedger::Claim(const std::string& job_id, const std::string& stream, const std::string& entry,
                       uint32_t max_attempts, std::function<void(Verdict, uint32_t)> done) {
-  (void)stream;
   if (!cmd_->connected()) return false;
-  bool retry_own = unsure_claims_.erase(entry) > 0;
-  auto held = held_.find(entry);
-  std::string notify = held != held_.end() ? held->second.notify : "";
-  claims_.push_back(PendingClaim{job_id, entry, std::move(notify), max_attempts, retry_own, std::move(done)});
+  bool retry_own = unsure_claims_.erase({stream, entry}) > 0;
+  auto held = held_.find({stream, entry});
+  std::string notify = held != held_.end() ? held->second : "";
+  claims_.push_back(PendingClaim{job_id, stream, entry, std::move(notify), max_attempts, retry_own, std::move(done)});
   ScheduleFlush();
   return true;
 }
@@ -96,7 +95,7 @@ void JobLedger::SendClaims(std::vector<PendingClaim> batch) {
       if (verdict.empty() || verdict == "error") {
         if (verdict == "error") LogWarn("claim failed", {{"job", c.job_id}, {"error", ReplyString(r->element[2 * i + 1])}});
         // Whether it happened is unknown: claimed again as the same attempt.
-        unsure_claims_.insert(c.entry);
+        unsure_claims_.insert({c.stream, c.entry});
         c.done(Verdict::kUnknown, 0);
         continue;
       }
@@ -202,7 +201,7 @@ void JobLedger::TakeFinishVerdict(PendingFinish& f, const redisReply* reply) {
   if (verdict == "ok" || verdict == "dup" || verdict == "fenced") {
     if (verdict == "dup") Ack(f.stream, f.entry);
     if (verdict == "fenced") LogWarn("result discarded: another daemon took the job over", {{"job", f.job_id}});
-    held_.erase(f.entry);
+    held_.erase({f.stream, f.entry});
     return;
   }
   // This entry failed in Redis (its error, caught by the script): kept, sent again.
@@ -248,21 +247,21 @@ void JobLedger::Answer(const std::string& id, const std::string& stream, const s
   bool sent = cmd_->Eval(kRejectScript, {"3", keys_.Result(id), stream, keys_.Out(id), entry, result,
                              std::to_string(config_.result_ttl_s), event, std::string(Keys::kGroup),
                              keys_.prefix(), notify, id, summary.outcome, summary.exit_code, summary.error},
-                            [this, entry](redisReply* reply) {
-                              if (reply != nullptr && reply->type != REDIS_REPLY_ERROR) held_.erase(entry);
+                            [this, stream, entry](redisReply* reply) {
+                              if (reply != nullptr && reply->type != REDIS_REPLY_ERROR) held_.erase({stream, entry});
                             });
-  if (!sent) held_.erase(entry);
+  if (!sent) held_.erase({stream, entry});
 }
 
 void JobLedger::Ack(const std::string& stream, const std::string& entry) {
-  held_.erase(entry);
+  held_.erase({stream, entry});
   cmd_->Command({"XACK", stream, std::string(Keys::kGroup), entry}, [](redisReply*) {});
   cmd_->Command({"XDEL", stream, entry}, [](redisReply*) {});
 }
 
 void JobLedger::Forward(const std::string& job_id, const std::string& stream, const std::string& entry,
                         const std::string& to) {
-  held_.erase(entry);
+  held_.erase({stream, entry});
   cmd_->Eval(kForwardScript, {"3", stream, to, keys_.Job(job_id), entry, std::string(Keys::kGroup)},
                 [](redisReply*) {});
 }
@@ -323,27 +322,30 @@ void JobLedger::CheckCancels(const std::vector<std::string>& job_ids, std::funct
   });
 }
 
-void JobLedger::RefreshLeases(std::function<void(const std::string&)> lost) {
+void JobLedger::RefreshLeases(std::function<void(const std::string&, const std::string&)> lost) {
   if (held_.empty()) return;
   std::vector<std::string> keys, ids;
-  for (const auto& [entry, held] : held_) {
-    keys.push_back(held.stream);
-    ids.push_back(entry);
+  for (const auto& [held, notify] : held_) {
+    keys.push_back(held.first);
+    ids.push_back(held.second);
   }
   std::vector<std::string> args = {std::to_string(keys.size())};
   args.insert(args.end(), keys.begin(), keys.end());
   args.push_back(config_.consumer);
   args.push_back(std::string(Keys::kGroup));
   args.insert(args.end(), ids.begin(), ids.end());
-  cmd_->Eval(kRefreshScript, std::move(args), [this, lost = std::move(lost)](redisReply* r) {
-    if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return;
-    for (size_t i = 0; i < r->elements; ++i) {
-      std::string entry = ReplyString(r->element[i]);
-      // Finished meanwhile (our own FINISH acked it): not a loss.
-      if (held_.count(entry) == 0) continue;
-      lost(entry);
-    }
-  });
+  cmd_->Eval(kRefreshScript, std::move(args),
+             [this, keys = std::move(keys), ids = std::move(ids), lost = std::move(lost)](redisReply* r) {
+               if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return;
+               for (size_t i = 0; i < r->elements; ++i) {
+                 long long k = r->element[i]->integer;  // 1-based, into the entries sent
+                 if (k < 1 || static_cast<size_t>(k) > ids.size()) continue;
+                 const std::string &stream = keys[static_cast<size_t>(k - 1)], &entry = ids[static_cast<size_t>(k - 1)];
+                 // Finished meanwhile (our own FINISH acked it): not a loss.
+                 if (!Holds(stream, entry)) continue;
+                 lost(stream, entry);
+               }
+             });
 }
 
 }  // namespace sandpool

@@ -25,6 +25,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <event2/event.h>
@@ -62,12 +63,14 @@ class JobLedger {
   static constexpr size_t kMaxBatchBytes = 1 << 20;
 
   // Entries this daemon holds (read and not yet finished): their leases are renewed. `notify`:
-  // the entry's notify target (intake.h NotifyTargetOf), which its claim records.
+  // the entry's notify target (intake.h NotifyTargetOf), which its claim records. An entry is
+  // named by its stream and id together: Redis numbers each stream apart, so the queue, a
+  // forward queue and a session stream often have an entry of the same id.
   void Hold(const std::string& stream, const std::string& entry, std::string notify = "") {
-    held_[entry] = Held{stream, std::move(notify)};
+    held_[{stream, entry}] = std::move(notify);
   }
-  void Drop(const std::string& entry) { held_.erase(entry); }
-  bool Holds(const std::string& entry) const { return held_.count(entry) > 0; }
+  void Drop(const std::string& stream, const std::string& entry) { held_.erase({stream, entry}); }
+  bool Holds(const std::string& stream, const std::string& entry) const { return held_.count({stream, entry}) > 0; }
   size_t held() const { return held_.size(); }
 
   // The CLAIM script, sent at the end of this loop turn with the other claims of the turn. `done`
@@ -109,7 +112,7 @@ class JobLedger {
   // Which of `job_ids` have their cancel flag set (so cancels never depend on pub/sub).
   void CheckCancels(const std::vector<std::string>& job_ids, std::function<void(const std::string&)> cancelled);
   // Renews the leases of every held entry; `lost` gets the entries another daemon took over.
-  void RefreshLeases(std::function<void(const std::string& entry)> lost);
+  void RefreshLeases(std::function<void(const std::string& stream, const std::string& entry)> lost);
   // Results waiting for Redis go out (on reconnect and every heartbeat).
   void FlushPending();
   // Sends the claims and results gathered this turn now instead of at its end (before the
@@ -128,7 +131,7 @@ class JobLedger {
     std::vector<std::string> live;  // live events held back for this FINISH to publish first
   };
   struct PendingClaim {
-    std::string job_id, entry, notify;
+    std::string job_id, stream, entry, notify;
     uint32_t max_attempts;
     bool retry_own;
     std::function<void(Verdict, uint32_t)> done;
@@ -155,11 +158,9 @@ class JobLedger {
   const Keys& keys_;
   const DaemonConfig& config_;
   Metrics* metrics_;
-  struct Held {
-    std::string stream, notify;
-  };
-  std::map<std::string, Held> held_;  // entry -> its stream and notify target
-  std::set<std::string> unsure_claims_;       // claims sent whose reply was lost
+  using Entry = std::pair<std::string, std::string>;  // stream, entry id
+  std::map<Entry, std::string> held_;  // -> its notify target
+  std::set<Entry> unsure_claims_;      // claims sent whose reply was lost
   std::deque<PendingFinish> pending_;
 };
 

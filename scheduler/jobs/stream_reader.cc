@@ -163,7 +163,7 @@ void StreamReader::Deliver(redisReply* entries, const std::string& stream) {
     StreamEntry e;
     e.stream = stream;
     e.id = ReplyString(item->element[0]);
-    if (hooks_.holds(e.id)) continue;  // already ours and being handled
+    if (hooks_.holds(stream, e.id)) continue;  // already ours and being handled
     redisReply* fields = item->elements > 1 ? item->element[1] : nullptr;
     if (fields == nullptr || fields->type != REDIS_REPLY_ARRAY) {
       e.deleted = true;
@@ -202,7 +202,7 @@ void StreamReader::ScanOwn(size_t i) {
                               } else {
                                 size_t fresh = 0;
                                 for (size_t k = 0; k < entries->elements; ++k) {
-                                  fresh += !hooks_.holds(ReplyString(entries->element[k]->element[0]));
+                                  fresh += !hooks_.holds(key, ReplyString(entries->element[k]->element[0]));
                                 }
                                 if (fresh > 0) {
                                   LogInfo("recovering own pending entries",

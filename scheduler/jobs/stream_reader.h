@@ -58,8 +58,9 @@ class StreamReader {
   struct Hooks {
     // Entries read (StreamEntry::stream says from where); they are the owner's now.
     std::function<void(std::vector<StreamEntry>)> on_entries;
-    // Whether an entry is already being handled here (own-pending scans skip those).
-    std::function<bool(const std::string& entry)> holds;
+    // Whether an entry (of `stream`: ids are per stream) is already being handled here (reads
+    // and own-pending scans skip those).
+    std::function<bool(const std::string& stream, const std::string& entry)> holds;
     // Optional: false while the owner may not take entries (not ready yet, draining).
     std::function<bool()> may_read;
   };

@@ -334,7 +334,7 @@ for i = 1, #KEYS do
   if p[1] and p[1][2] == ARGV[1] then
     redis.call('XCLAIM', KEYS[i], ARGV[2], ARGV[1], 0, id, 'JUSTID')
   else
-    lost[#lost + 1] = id
+    lost[#lost + 1] = i
   end
 end
 return lost

@@ -58,8 +58,9 @@
 //      "not-cancelled".
 //
 // REFRESH KEYS: the stream of each entry   ARGV: consumer, group, then each entry id
-//   -> the entries this consumer no longer owns (another daemon took them over, or they are
-//      gone); the idle time of the others is reset (their lease renewed).
+//   -> the positions (1-based) of the entries this consumer no longer owns (another daemon took
+//      them over, or they are gone; an id alone would not say of which stream); the idle time of
+//      the others is reset (their lease renewed).
 //
 // FORWARD KEYS: from stream, to stream, job hash     ARGV: entry id, group
 //   -> the new entry's id ("" if the entry was gone). Moves a stream entry to another stream

@@ -68,7 +68,9 @@ Sessions::Sessions(struct event_base* base, const DaemonConfig& config, const Ke
     }
   };
   // Being claimed or served here: claiming it again would answer a running operation worker_lost.
-  reading.holds = [this](const std::string& entry) { return own_entries_.count(entry) > 0; };
+  reading.holds = [this](const std::string& stream, const std::string& entry) {
+    return stream == own_stream_ && own_entries_.count(entry) > 0;  // own_entries_ are the own stream's
+  };
   reading.may_read = [this] { return reconciled_ && !draining_; };
   reader_ = std::make_unique<StreamReader>(reader_conn_.get(), cmd_, keys_, config_, std::move(streams),
                                            std::move(reading));

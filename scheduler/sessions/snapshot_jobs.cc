@@ -108,7 +108,7 @@ void Sessions::RunJob(JobSpec spec, const std::string& stream, const std::string
     OpDone();
   });
   if (!sent) {
-    ledger_->Drop(entry);
+    ledger_->Drop(stream, entry);
     --ops_in_flight_;
   }
 }

@@ -76,7 +76,7 @@ TEST_F(SettleClaimTest, AnUnknownClaimLeavesTheEntryPendingForTheOwnScan) {
   bool answered = false;
   SettleClaim(ledger_.get(), JobLedger::Verdict::kUnknown, "q", entry_, "", [&](JobError) { answered = true; });
   EXPECT_FALSE(answered);
-  EXPECT_FALSE(ledger_->Holds(entry_)) << "no longer held: its lease is not renewed";
+  EXPECT_FALSE(ledger_->Holds("q", entry_)) << "no longer held: its lease is not renewed";
   for (int i = 0; i < 20; ++i) event_base_loop(base_, EVLOOP_ONCE | EVLOOP_NONBLOCK);
   EXPECT_EQ(Pending(), 1);
   EXPECT_EQ(Int({"XLEN", "q"}), 1);

@@ -133,5 +133,47 @@ TEST_F(JobLedgerTest, ResultsSentWhileRedisIsAwayWaitAndAreStoredWhenItAnswers) 
   EXPECT_EQ(Must({"XLEN", stream_})->integer, 0);
 }
 
+// Redis numbers each stream apart, so the queue and a session stream often hold an entry of the
+// same id (the first of a millisecond is <ms>-0 in both). The ledger holds them apart: a session
+// operation that ends must not take a job's hold with it, or the job's claim, answered "run"
+// meanwhile, would be dropped (acked without a result: the job lost). Leases lost are named by
+// stream and id too.
+TEST_F(JobLedgerTest, EntriesOfOneIdInTwoStreamsAreHeldApart) {
+  const std::string own = "sandpool:session:default:d1";
+  Must({"XGROUP", "CREATE", own, "workers", "0", "MKSTREAM"});
+  Must({"XADD", stream_, "5-0", "id", "j5"});
+  Must({"XADD", own, "5-0", "id", "op5"});
+  Must({"XREADGROUP", "GROUP", "workers", "d1", "STREAMS", stream_, own, ">", ">"});
+  ledger_->Hold(own, "5-0");
+  // The operation's result goes out, then the job is read and claimed before its reply comes.
+  ledger_->FinishEncoded("op5", 1, "\x80", "event", own, "5-0");
+  ledger_->Flush();
+  ledger_->Hold(stream_, "5-0");
+  bool held_when_claimed = false, claimed = false;
+  ASSERT_TRUE(ledger_->Claim("j5", stream_, "5-0", 3, [&](JobLedger::Verdict v, uint32_t) {
+    EXPECT_EQ(v, JobLedger::Verdict::kRun);
+    held_when_claimed = ledger_->Holds(stream_, "5-0");
+    claimed = true;
+  }));
+  ASSERT_TRUE(RunUntil([&] { return claimed && !ledger_->Holds(own, "5-0"); }));
+  EXPECT_TRUE(held_when_claimed) << "the operation's end took the job's hold";
+  EXPECT_TRUE(ledger_->Holds(stream_, "5-0"));
+  // Ack and Drop name one stream's entry only.
+  ledger_->Hold(own, "5-0");
+  ledger_->Drop(own, "5-0");
+  EXPECT_TRUE(ledger_->Holds(stream_, "5-0"));
+  // Another daemon takes the session stream's 5-0 over: only that entry is lost here.
+  Must({"XADD", own, "6-0", "id", "op6"});
+  Must({"XREADGROUP", "GROUP", "workers", "d1", "STREAMS", own, ">"});
+  ledger_->Hold(own, "6-0");
+  Must({"XCLAIM", own, "workers", "d2", "0", "6-0", "JUSTID"});
+  std::vector<std::pair<std::string, std::string>> lost;
+  bool refreshed = false;
+  ledger_->RefreshLeases([&](const std::string& stream, const std::string& entry) { lost.emplace_back(stream, entry); });
+  cmd_->Command({"PING"}, [&](redisReply*) { refreshed = true; });
+  ASSERT_TRUE(RunUntil([&] { return refreshed; }));
+  EXPECT_EQ(lost, (std::vector<std::pair<std::string, std::string>>{{own, "6-0"}}));
+}
+
 }  // namespace
 }  // namespace sandpool
