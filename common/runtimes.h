@@ -15,13 +15,17 @@ struct RuntimeInfo {
   const char* interpreter;  // absolute path, inside the sandbox (and on the host, which it binds)
   const char* code_flag;    // `interpreter code_flag SOURCE` runs SOURCE
   bool code_jobs;           // a `code` job may name it (PROTOCOL.md section 3)
+  // Its warm zygote (worker/runners/zygote.cc) sources a job's script from a pipe the stub makes
+  // (worker/ipc/stub_protocol.h, kStubScriptPipe) instead of reading it from the stub socket:
+  // a shell's `read` takes one byte per read(2), a sourced file is read in blocks.
+  bool script_pipe;
 };
 
 inline constexpr RuntimeInfo kRuntimes[] = {
-    {"sh", "/bin/sh", "-c", false},
-    {"bash", "/bin/bash", "-c", true},
-    {"python", "/usr/bin/python3", "-c", true},
-    {"node", "/usr/bin/node", "-e", true},
+    {"sh", "/bin/sh", "-c", false, true},
+    {"bash", "/bin/bash", "-c", true, true},
+    {"python", "/usr/bin/python3", "-c", true, false},
+    {"node", "/usr/bin/node", "-e", true, false},
 };
 
 // nullptr for a name not in the table.

@@ -4,6 +4,11 @@
 // shares init's memory until it execs (sandbox_init.h).
 //
 // Stub socket, sandbox -> keeper (the stub, a warm interpreter or a nursery's job process):
+//   'W' + one fd           a shell zygote's stub, once, before it execs the shell: the write end
+//                          of the pipe the shell reads its job's script from (its fd 4,
+//                          kStubScriptFd; SCM_RIGHTS, worker/ipc/fd_passing.h). A shell's `read`
+//                          takes one byte per read(2) from a socket; sourced from the pipe the
+//                          script is read in blocks (zygote.cc). The keeper only writes to it.
 //   'R'                    ready: confined, waiting for the job (sent once, during preparation)
 //   'S'                    starting the job now (just before execve, or before running code)
 //   "E<errno> <stage>\n"   could not start it; stage "cwd" or "exec" is the job's fault
@@ -12,7 +17,9 @@
 // means the job started; EOF without 'S' means the process died before the job started.
 //
 // Stub socket, keeper -> stub (no warm interpreter): the job as an exec image, u32 length then
-// the body (EncodeExecImage). Warm interpreters get a script or JSON instead (zygote.h).
+// the body (EncodeExecImage). Warm interpreters get a script or JSON instead (zygote.h): python
+// and node on this socket, a shell on its script pipe, which the keeper closes after the script
+// (the shell reads it to EOF).
 //
 // Status pipe, init -> keeper: 'F' <message> when setting the sandbox up failed, or 'S' + an
 // InitReport once the job's main process ended and every other process was reaped.
@@ -27,6 +34,8 @@
 
 namespace sandpool {
 
+inline constexpr char kStubScriptPipe = 'W';
+inline constexpr int kStubScriptFd = 4;  // the script pipe's read end, in the shell
 inline constexpr char kStubReady = 'R';
 inline constexpr char kStubStarting = 'S';
 

@@ -233,7 +233,7 @@ class Keeper {
     uint64_t cpu_limit_us = 0;
     uint64_t memory_limit_bytes = 0;  // watched on v1 (socket buffers are charged apart there)
     std::string stub_said;  // what the stub or zygote wrote back after the job was sent
-    std::string to_stub;    // the job's bytes not yet taken by the stub's socket
+    std::string to_stub;    // the job's bytes not yet taken by the stub (its socket or script pipe)
     size_t to_stub_off = 0;
     StubReport failure;     // a stub's "E<errno> <stage>", or a limit that could not be set
     CgroupStats base{};
@@ -259,7 +259,9 @@ class Keeper {
     }
     sb_.stub.reset();
     j.run_sent = false;
-    j.to_stub.clear();
+    // A shell goes on reading its script after 'S' (it sources it as it runs): the rest still
+    // goes to the pipe, unless the shell is gone (then the write fails and drops it).
+    if (!sb_.script) j.to_stub.clear();
   }
 
   // A Run for this sandbox: its limits first (a job never runs under limits other than its
@@ -284,10 +286,15 @@ class Keeper {
     j.run_sent = true;
   }
 
+  // The job's bytes go to a shell zygote's script pipe (non-blocking, FinishSandbox), else to the
+  // stub socket; either way the reader takes them to EOF, which follows them.
   void WriteToStub(Job& j) {
+    const bool pipe = static_cast<bool>(sb_.script);
     while (j.to_stub_off < j.to_stub.size()) {
-      ssize_t w = ::send(sb_.stub.get(), j.to_stub.data() + j.to_stub_off, j.to_stub.size() - j.to_stub_off,
-                         MSG_DONTWAIT | MSG_NOSIGNAL);
+      const char* data = j.to_stub.data() + j.to_stub_off;
+      size_t len = j.to_stub.size() - j.to_stub_off;
+      ssize_t w = pipe ? ::write(sb_.script.get(), data, len)
+                       : ::send(sb_.stub.get(), data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (w < 0 && errno == EINTR) continue;
       if (w < 0 && errno == EAGAIN) return;
       // The stub died (EPIPE): the rest is dropped; its end shows on the pidfd.
@@ -295,7 +302,11 @@ class Keeper {
     }
     j.to_stub.clear();
     j.to_stub_off = 0;
-    if (runtime_ != nullptr) ::shutdown(sb_.stub.get(), SHUT_WR);  // a zygote reads its job to EOF
+    if (pipe) {
+      sb_.script.reset();
+    } else if (runtime_ != nullptr) {
+      ::shutdown(sb_.stub.get(), SHUT_WR);
+    }
   }
 
   // While the job runs: its CPU time (the whole cgroup: every process of the job) and, on cgroup
@@ -323,13 +334,15 @@ class Keeper {
   void Serve() {
     Job j;
     for (;;) {
-      short stub_events = static_cast<short>(j.to_stub.empty() ? POLLIN : POLLIN | POLLOUT);
-      struct pollfd p[4] = {{ch_.fd(), POLLIN, 0},
+      const bool to_write = !j.to_stub.empty();
+      short stub_events = static_cast<short>(to_write && !sb_.script ? POLLIN | POLLOUT : POLLIN);
+      struct pollfd p[5] = {{ch_.fd(), POLLIN, 0},
                             {sb_.pidfd.get(), POLLIN, 0},
                             {j.run_sent ? sb_.stub.get() : -1, stub_events, 0},
-                            {j.status_open ? sb_.status.get() : -1, POLLIN, 0}};
+                            {j.status_open ? sb_.status.get() : -1, POLLIN, 0},
+                            {to_write && sb_.script ? sb_.script.get() : -1, POLLOUT, 0}};
       bool watching = j.started && (j.cpu_limit_us > 0 || j.memory_limit_bytes > 0);
-      int n = ::poll(p, 4, watching ? kWatchMs : -1);
+      int n = ::poll(p, 5, watching ? kWatchMs : -1);
       if (n < 0) {
         if (errno == EINTR) continue;
         Exit("poll: " + std::string(std::strerror(errno)));
@@ -349,7 +362,7 @@ class Keeper {
           }
         }
       }
-      if (p[2].revents & POLLOUT) WriteToStub(j);
+      if ((p[2].revents & POLLOUT) || p[4].revents) WriteToStub(j);
       if (p[2].revents & (POLLIN | POLLHUP | POLLERR)) {
         char buf[128];
         ssize_t r = ::read(sb_.stub.get(), buf, sizeof buf);

@@ -5,8 +5,12 @@
 namespace sandpool {
 namespace {
 
-// sh/bash: report ready, read the script to EOF, eval it. The script (ZygotePayload) closes
-// fd 3 itself when the job starts. __sp_s stays set: eval reads from it while it runs.
+// sh/bash: report ready, then source the job's script from the script pipe (fd 4, which the
+// stub made and whose write end the keeper holds: stub_protocol.h, 'W'), opened anew through
+// /proc/self/fd so that the shell reads it in blocks; read from the socket, a shell's `read`
+// takes one byte per read(2) (a 200-byte script cost ~0.25 ms that way, and the lines joined
+// into one variable made a long script quadratic: 279 KB took 1.4 s). The script
+// (ZygotePayload) closes fd 4 and, when the job starts, fd 3 itself.
 // First the shell makes itself, and so the job, the OOM killer's first choice in the sandbox:
 // a shell nursery's init shares the slot's mother's memory (worker/runners/nursery.h), and at
 // the same setting the killer would take init, whose resident size is the mother's, and with it
@@ -16,10 +20,7 @@ namespace {
 constexpr const char* kShellZygote =
     "{ echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null\n"
     "printf R >&3\n"
-    "__sp_s=\n"
-    "while IFS= read -r __sp_l <&3; do __sp_s=\"$__sp_s$__sp_l\n\"; done\n"
-    "unset __sp_l\n"
-    "eval \"$__sp_s\"\n";
+    ". /proc/self/fd/4\n";
 
 // A session's warm shell (zygote.h): ready, the go (EOF on fd 3), then the script from fd 4.
 constexpr const char* kSessionShell =
@@ -268,7 +269,9 @@ std::string ShellQuote(const std::string& s) {
 
 std::string ZygotePayload(const RuntimeInfo& r, const RunMsg& run) {
   if (r.name == "sh" || r.name == "bash") {
-    std::string script;
+    // The shell reads this from a file it opened anew (kShellZygote, kSessionShell): fd 4 is
+    // closed first, so the job never has it.
+    std::string script = "exec 4<&-\n";
     script += "cd -- " + ShellQuote(run.cwd) + " 2>/dev/null || { printf 'E2 cwd\\n' >&3; exit 126; }\n";
     script += "unset OLDPWD\n";  // cd set it; sh -c would not have it
     for (const std::string& e : run.env) script += "export " + ShellQuote(e) + "\n";

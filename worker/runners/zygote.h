@@ -26,19 +26,21 @@ namespace sandpool {
 // The runtime a template keeps warm (common/runtimes.h), or nullptr for none ("" or "none").
 const RuntimeInfo* TemplateRuntime(const std::string& name);
 
-// The interpreter command line that starts the zygote (argv[0] is an absolute path).
+// The interpreter command line that starts the zygote (argv[0] is an absolute path). A shell's
+// zygote sources its job's script from fd 4, the script pipe its stub made (RuntimeInfo's
+// script_pipe; stub_protocol.h, 'W'), not from the socket, because a shell reads a script from a
+// socket one byte per read(2) (a script of 200 bytes cost ~0.3 ms that way, against ~0.05 ms
+// sourced from a file). It opens /proc/self/fd/4 anew, so fd 4 itself is closed at once.
 std::vector<std::string> ZygoteCommand(const RuntimeInfo& r);
 
-// A session's warm shell (session_agent.cc): a shell zygote that takes its script from a file,
-// not from the socket, because a shell reads a script from a socket one byte per read(2) (a
-// script of 200 bytes cost ~0.3 ms that way, against ~0.05 ms sourced from a file). Its fd 4 is
-// a memfd: the agent writes ZygotePayload's script there, then shuts fd 3 for writing; the shell
-// then sources /proc/self/fd/4 (a file it opens anew, so fd 4 itself can be closed at once).
-// The conversation on fd 3 is otherwise the zygote's: 'R', then "E..." or 'S' and its close.
+// A session's warm shell (session_agent.cc): a shell zygote whose fd 4 is a memfd instead: the
+// agent writes ZygotePayload's script there, then shuts fd 3 for writing (the go); the shell
+// then sources /proc/self/fd/4. The conversation on fd 3 is otherwise the zygote's: 'R', then
+// "E..." or 'S' and its close.
 std::vector<std::string> SessionShellCommand();
 
 // The bytes the keeper sends a zygote for `run`: kind "argv" (run.argv), "shell" (run.code is
-// the line) or "code" (run.code is source for this runtime).
+// the line) or "code" (run.code is source for this runtime). A shell's script closes fd 4 first.
 std::string ZygotePayload(const RuntimeInfo& r, const RunMsg& run);
 
 // POSIX shell single-quoting: the result is one word whose value is exactly `s` (no NUL).

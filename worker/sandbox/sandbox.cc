@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/syscalls.h"
+#include "worker/ipc/fd_passing.h"
 #include "worker/ipc/stub_protocol.h"
 #include "worker/sandbox/cgroup.h"
 #include "worker/sandbox/sandbox_init.h"
@@ -113,15 +115,26 @@ Result<Sandbox> FinishSandbox(Sandbox sb, const std::string& id_map) {
   if (s.ok() && ::write(sb.sync.get(), "g", 1) != 1) s = ErrnoStatus("write sync");
   if (!s.ok()) return fail(s);
 
-  // Wait for the stub's 'R'; init dying first means setup failed.
-  struct pollfd p[2] = {{sb.stub.get(), POLLIN, 0}, {sb.pidfd.get(), POLLIN, 0}};
-  int n;
-  do {
-    n = ::poll(p, 2, 10000);
-  } while (n < 0 && errno == EINTR);
-  if (n == 0) return fail(Status::Error("sandbox did not become ready within 10 s"));
+  // Wait for the stub's 'R' (a shell zygote's stub sends its script pipe first); init dying
+  // first means setup failed.
+  const int64_t deadline = MonotonicUs() + 10'000'000;
   char r = 0;
-  if (!(p[0].revents & POLLIN) || ::read(sb.stub.get(), &r, 1) != 1 || r != kStubReady) {
+  for (;;) {
+    struct pollfd p[2] = {{sb.stub.get(), POLLIN, 0}, {sb.pidfd.get(), POLLIN, 0}};
+    int64_t left_ms = (deadline - MonotonicUs()) / 1000;
+    int n = left_ms > 0 ? ::poll(p, 2, static_cast<int>(left_ms)) : 0;
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) return fail(Status::Error("sandbox did not become ready within 10 s"));
+    r = 0;
+    UniqueFd fd;
+    if (!(p[0].revents & POLLIN) || !ReceiveWithFd(sb.stub.get(), &r, &fd).ok()) r = 0;
+    if (r != kStubScriptPipe || sb.script) break;
+    if (!fd) return fail(Status::Error("sandbox stub: a script pipe message without the pipe"));
+    // Written without blocking the keeper's loop (keeper.cc, Serve).
+    if (::fcntl(fd.get(), F_SETFL, O_NONBLOCK) != 0) return fail(ErrnoStatus("script pipe"));
+    sb.script = std::move(fd);
+  }
+  if (r != kStubReady) {
     // The stub (or the zygote) may have reported a setup error instead of 'R'.
     if (r == 'E') {
       std::string said(1, r);

@@ -37,6 +37,7 @@ struct Sandbox {
   pid_t init_pid = -1;
   UniqueFd pidfd;       // init's pidfd: poll for exit, pidfd_send_signal to kill
   UniqueFd stub;        // keeper end of the stub socket
+  UniqueFd script;      // a shell zygote's script pipe, write end (stub_protocol.h, 'W'); else none
   UniqueFd status;      // read end of init's status pipe
   UniqueFd sync;        // keeper's end of the start-up pipe; its closing tells init we died
   // Host ends of the job's stdio, handed to the scheduler.

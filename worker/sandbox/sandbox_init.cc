@@ -21,7 +21,9 @@
 #include <vector>
 
 #include "common/asan.h"
+#include "common/runtimes.h"
 #include "common/syscalls.h"
+#include "worker/ipc/fd_passing.h"
 #include "worker/ipc/stub_protocol.h"
 #include "worker/sandbox/rootfs.h"
 #include "worker/seccomp/seccomp_policy.h"
@@ -90,12 +92,32 @@ struct StubPlan {
   const char* interp_cwd;
   int keep_fds;               // fds 3 .. 3+keep_fds-1 stay open across the interpreter's exec
   const char* stage;          // how a failed interpreter exec is reported
+  bool script_pipe = false;   // the interpreter is a shell zygote that reads its job's script
+                              // from a pipe at kStubScriptFd (RuntimeInfo::script_pipe)
 };
+
+// A shell zygote's script pipe (stub_protocol.h, 'W'): made here, after StubPrologue, so that it
+// belongs to the job's uid, which may then open it anew through /proc/self/fd (a shell sources
+// a file by name). Its read end becomes kStubScriptFd, its write end goes to the keeper, and the
+// stub keeps no copy of that: the shell sees EOF once the keeper has written the script.
+void HandOverScriptPipe() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) StubFail(errno, "script pipe", 126);
+  if (p[0] == kStubScriptFd) {  // the lowest free fd (ArrangeFds left 0-3): already in place
+    if (::fcntl(p[0], F_SETFD, 0) != 0) StubFail(errno, "script pipe", 126);
+  } else {
+    if (::dup3(p[0], kStubScriptFd, 0) != kStubScriptFd) StubFail(errno, "script pipe", 126);
+    ::close(p[0]);
+  }
+  if (!SendWithFds(kStubSock, kStubScriptPipe, &p[1], 1).ok()) StubFail(errno, "script pipe", 126);
+  ::close(p[1]);
+}
 
 [[noreturn]] void ExecInterpreter(const StubPlan& plan) {
   for (int fd = kStubSock; fd < kStubSock + plan.keep_fds; ++fd) {
     if (::fcntl(fd, F_SETFD, 0) != 0) StubFail(errno, "fds", 126);
   }
+  if (plan.script_pipe) HandOverScriptPipe();
   if (::chdir(plan.interp_cwd) != 0) StubFail(errno, "cwd", 126);
   ::execve(plan.interp_argv[0], plan.interp_argv, plan.interp_envp);
   int err = errno;
@@ -387,6 +409,8 @@ pid_t LaunchStub(const SandboxConfig& config, const SeccompProgram* seccomp, con
   if (!interp.empty()) {
     plan.interp_argv = interp_argv.data();
     plan.interp_envp = envp.data();
+    const RuntimeInfo* r = FindRuntime(config.runtime);
+    plan.script_pipe = nursery_lib < 0 && r != nullptr && r->script_pipe;
   }
   return CloneStub(&plan);
 }

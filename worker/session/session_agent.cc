@@ -374,9 +374,9 @@ class Agent {
       run.code = m.shell;
       run.env = m.env;
       run.cwd = m.cwd;
-      // fd 4 is closed first: the shell has the script open by then, and the line must not
-      // inherit it.
-      std::string script = "exec 4<&-\n" + ZygotePayload(*FindRuntime("sh"), run);
+      // The script closes fd 4 first (ZygotePayload): the shell has it open anew by then, and
+      // the line must not inherit it.
+      std::string script = ZygotePayload(*FindRuntime("sh"), run);
       if (!WriteAll(w.script.get(), script.data(), script.size()).ok() || ::shutdown(w.ctl.get(), SHUT_WR) != 0) {
         ::kill(w.pid, SIGKILL);
         continue;

@@ -360,6 +360,26 @@ TEST_F(ShZygoteTest, ShellJobsRunInTheWarmShell) {
   EXPECT_EQ(fds.out, "0 1 2 3 1000\n") << "only stdio (3 is ls's own directory fd)";
 }
 
+// The script comes on the stub's script pipe (stub_protocol.h, 'W'), many times the pipe's
+// buffer here: the keeper goes on writing after the shell has said 'S' and runs it as it reads.
+// A script that ends early leaves the rest unread, and the next job is served all the same.
+TEST_F(ShZygoteTest, LongScriptsArriveWholeAndMayEndEarly) {
+  std::string filler = "  # a comment that makes the line about sixty bytes long\n";
+  std::string whole = "n=0\n";
+  for (int i = 0; i < 12000; ++i) whole += "n=$((n+1))" + filler;
+  whole += "echo $n\n";
+  ASSERT_GT(whole.size(), 600u << 10);
+  JobRun r = RunShell(whole);
+  EXPECT_EQ(r.out, "12000\n") << r.err;
+  std::string early = "echo first; exit 7\n";
+  for (int i = 0; i < 12000; ++i) early += "echo never" + filler;
+  JobRun e = RunShell(early);
+  EXPECT_EQ(e.out, "first\n") << e.err;
+  ASSERT_TRUE(e.exited.have_status);
+  EXPECT_EQ(WEXITSTATUS(e.exited.wait_status), 7);
+  EXPECT_EQ(RunShell("echo next").out, "next\n");
+}
+
 // Shell sandboxes come from the slot's shell mother (nursery_mother.h, ShellMotherInit) except in
 // AddressSanitizer builds: one user namespace for the slot, a fresh sandbox per job all the same.
 TEST_F(ShZygoteTest, ShellSandboxesComeFromTheSlotsMother) {

@@ -1,0 +1,23 @@
+// One tag byte with file descriptors attached (SCM_RIGHTS) over a unix socket: how the keeper and
+// a nursery mother exchange a sandbox's fds (worker/runners/nursery.h), and how a shell stub hands
+// the keeper its script pipe (stub_protocol.h, kStubScriptPipe). On success they make system
+// calls only (async-signal-safe, no allocation: the mother calls them between clones, the stub
+// after clone and before exec); only a failure builds its Status.
+#pragma once
+
+#include <cstddef>
+
+#include "common/fd.h"
+#include "common/status.h"
+
+namespace sandpool {
+
+// One tag byte with `n` (<= 8) fds attached.
+Status SendWithFds(int sock, char tag, const int* fds, size_t n);
+// One tag byte and at most one fd (more are closed: never more than asked for). Received fds
+// are close-on-exec.
+Status ReceiveWithFd(int sock, char* tag, UniqueFd* fd);
+// One tag byte and at most `max` (<= 8) fds, which the caller then owns (`*got` of them).
+Status ReceiveWithFds(int sock, char* tag, int* fds, size_t max, size_t* got);
+
+}  // namespace sandpool
