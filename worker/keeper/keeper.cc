@@ -259,8 +259,8 @@ class Keeper {
     }
     sb_.stub.reset();
     j.run_sent = false;
-    // A shell goes on reading its script after 'S' (it sources it as it runs): the rest still
-    // goes to the pipe, unless the shell is gone (then the write fails and drops it).
+    // The script pipe is written to its end whatever the socket does (a shell reads the whole
+    // script before it says 'S'; a write to a shell that is gone fails and drops the rest).
     if (!sb_.script) j.to_stub.clear();
   }
 

@@ -5,12 +5,15 @@
 namespace sandpool {
 namespace {
 
-// sh/bash: report ready, then source the job's script from the script pipe (fd 4, which the
-// stub made and whose write end the keeper holds: stub_protocol.h, 'W'), opened anew through
-// /proc/self/fd so that the shell reads it in blocks; read from the socket, a shell's `read`
-// takes one byte per read(2) (a 200-byte script cost ~0.25 ms that way, and the lines joined
-// into one variable made a long script quadratic: 279 KB took 1.4 s). The script
-// (ZygotePayload) closes fd 4 and, when the job starts, fd 3 itself.
+// sh/bash: report ready, then source what comes on the script pipe (fd 4, which the stub made and
+// whose write end the keeper holds: stub_protocol.h, 'W'), opened anew through /proc/self/fd so
+// that the shell reads it in blocks; read from the socket, a shell's `read` takes one byte per
+// read(2) (a 200-byte script cost ~0.25 ms that way, and the lines joined into one variable made
+// a long script quadratic: 279 KB took 1.4 s). What comes is one assignment, the job's script
+// quoted into __sp_s (ZygotePayload): sourcing it reads the pipe to its end, and the shell closes
+// the file it opened, so that the job, run by eval, has no descriptor but its stdio (and fd 3,
+// which the script closes when the job starts). __sp_s stays set: eval reads from it while it
+// runs.
 // First the shell makes itself, and so the job, the OOM killer's first choice in the sandbox:
 // a shell nursery's init shares the slot's mother's memory (worker/runners/nursery.h), and at
 // the same setting the killer would take init, whose resident size is the mother's, and with it
@@ -20,14 +23,19 @@ namespace {
 constexpr const char* kShellZygote =
     "{ echo 1000 > /proc/self/oom_score_adj; } 2>/dev/null\n"
     "printf R >&3\n"
-    ". /proc/self/fd/4\n";
+    ". /proc/self/fd/4\n"
+    "exec 4<&-\n"
+    "eval \"$__sp_s\"\n";
 
-// A session's warm shell (zygote.h): ready, the go (EOF on fd 3), then the script from fd 4.
+// A session's warm shell (zygote.h): ready, the go (EOF on fd 3), then the script from fd 4 (a
+// memfd), as above.
 constexpr const char* kSessionShell =
     "printf R >&3\n"
     "read -r __sp_l <&3\n"
     "unset __sp_l\n"
-    ". /proc/self/fd/4\n";
+    ". /proc/self/fd/4\n"
+    "exec 4<&-\n"
+    "eval \"$__sp_s\"\n";
 
 // Python: the modules most snippets import are loaded, then the heap is frozen so the job's
 // first collections do not walk them.
@@ -269,10 +277,7 @@ std::string ShellQuote(const std::string& s) {
 
 std::string ZygotePayload(const RuntimeInfo& r, const RunMsg& run) {
   if (r.name == "sh" || r.name == "bash") {
-    // The shell reads this from a file it opened anew (kShellZygote, kSessionShell): fd 4 is
-    // closed first, so the job never has it.
-    std::string script = "exec 4<&-\n";
-    script += "cd -- " + ShellQuote(run.cwd) + " 2>/dev/null || { printf 'E2 cwd\\n' >&3; exit 126; }\n";
+    std::string script = "cd -- " + ShellQuote(run.cwd) + " 2>/dev/null || { printf 'E2 cwd\\n' >&3; exit 126; }\n";
     script += "unset OLDPWD\n";  // cd set it; sh -c would not have it
     for (const std::string& e : run.env) script += "export " + ShellQuote(e) + "\n";
     if (run.kind == "argv") {
@@ -305,7 +310,9 @@ std::string ZygotePayload(const RuntimeInfo& r, const RunMsg& run) {
       script += run.code;
       script += "\n";
     }
-    return script;
+    // Sourced from a file (kShellZygote, kSessionShell), which is read to its end and closed
+    // before eval runs the script.
+    return "__sp_s=" + ShellQuote(script) + "\n";
   }
   std::string json = "{\"kind\":";
   AppendJsonString(json, run.kind);

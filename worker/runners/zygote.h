@@ -30,7 +30,8 @@ const RuntimeInfo* TemplateRuntime(const std::string& name);
 // zygote sources its job's script from fd 4, the script pipe its stub made (RuntimeInfo's
 // script_pipe; stub_protocol.h, 'W'), not from the socket, because a shell reads a script from a
 // socket one byte per read(2) (a script of 200 bytes cost ~0.3 ms that way, against ~0.05 ms
-// sourced from a file). It opens /proc/self/fd/4 anew, so fd 4 itself is closed at once.
+// sourced from a file). It opens /proc/self/fd/4 anew and sources it: one assignment of the
+// job's script to a variable, which it then evals, once that file and fd 4 are closed.
 std::vector<std::string> ZygoteCommand(const RuntimeInfo& r);
 
 // A session's warm shell (session_agent.cc): a shell zygote whose fd 4 is a memfd instead: the
@@ -40,7 +41,8 @@ std::vector<std::string> ZygoteCommand(const RuntimeInfo& r);
 std::vector<std::string> SessionShellCommand();
 
 // The bytes the keeper sends a zygote for `run`: kind "argv" (run.argv), "shell" (run.code is
-// the line) or "code" (run.code is source for this runtime). A shell's script closes fd 4 first.
+// the line) or "code" (run.code is source for this runtime). A shell gets `__sp_s=<its script,
+// quoted>`, which it sources and then evals (ZygoteCommand).
 std::string ZygotePayload(const RuntimeInfo& r, const RunMsg& run);
 
 // POSIX shell single-quoting: the result is one word whose value is exactly `s` (no NUL).

@@ -374,8 +374,7 @@ class Agent {
       run.code = m.shell;
       run.env = m.env;
       run.cwd = m.cwd;
-      // The script closes fd 4 first (ZygotePayload): the shell has it open anew by then, and
-      // the line must not inherit it.
+      // The shell sources it and closes fd 4 before it runs the line (zygote.cc, kSessionShell).
       std::string script = ZygotePayload(*FindRuntime("sh"), run);
       if (!WriteAll(w.script.get(), script.data(), script.size()).ok() || ::shutdown(w.ctl.get(), SHUT_WR) != 0) {
         ::kill(w.pid, SIGKILL);

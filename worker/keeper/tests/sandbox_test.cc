@@ -358,11 +358,15 @@ TEST_F(ShZygoteTest, ShellJobsRunInTheWarmShell) {
   EXPECT_EQ(r.err, "err\n");
   JobRun fds = RunShell("ls /proc/self/fd | tr '\\n' ' '; id -u");
   EXPECT_EQ(fds.out, "0 1 2 3 1000\n") << "only stdio (3 is ls's own directory fd)";
+  // The shell itself too: not its script's pipe, nor what it opened to read it.
+  JobRun own = RunShell("for fd in $(seq 3 63); do [ -e /proc/self/fd/$fd ] && echo open $fd; done; echo end");
+  EXPECT_EQ(own.out, "end\n");
 }
 
 // The script comes on the stub's script pipe (stub_protocol.h, 'W'), many times the pipe's
-// buffer here: the keeper goes on writing after the shell has said 'S' and runs it as it reads.
-// A script that ends early leaves the rest unread, and the next job is served all the same.
+// buffer here, written as the shell takes it. A script that ends early runs nothing after its
+// end, and the next job is served all the same. (That the job has no fd but its stdio is
+// ShellJobsRunInTheWarmShell's check.)
 TEST_F(ShZygoteTest, LongScriptsArriveWholeAndMayEndEarly) {
   std::string filler = "  # a comment that makes the line about sixty bytes long\n";
   std::string whole = "n=0\n";
