@@ -113,6 +113,8 @@ def write_markdown(path: Path, v: dict, rows: List[dict], args: argparse.Namespa
     from runinfo import header
 
     cmd = f"sudo /usr/bin/python3 bench/soak.py --jobs {args.requested_jobs}"
+    if args.result_ttl != 600:
+        cmd += f" --result-ttl {args.result_ttl}"
     if args.max_seconds:
         cmd += f" --max-seconds {args.max_seconds:g}"
     if args.svg:
@@ -126,7 +128,8 @@ def write_markdown(path: Path, v: dict, rows: List[dict], args: argparse.Namespa
         "in flight, and beside them one session that keeps working (64 KiB file written and read, a background "
         "process spawned and waited for, a command, and a stop and resume every 50 rounds). Sampled every "
         f"{args.every:g} s. The plot: [{rel}]({rel}).", "",
-        f"- jobs: {v['jobs']}, wrong results: {v['failed_jobs']}; session operations: {v['session_ops']}, "
+        f"- jobs: {v['jobs']}, wrong results: {v['failed_jobs']}, missing (no result after "
+        f"{args.stall_seconds:g} s): {len(v['missing'])}; session operations: {v['session_ops']}, "
         f"failed: {v['session_failures']}; {v['seconds']:.0f} s "
         f"({v['jobs'] / max(1.0, v['seconds']):.0f} jobs/s)", "",
         "| series | first sample | min | max | last sample | second half's max - first half's max |",
@@ -137,7 +140,7 @@ def write_markdown(path: Path, v: dict, rows: List[dict], args: argparse.Namespa
         lines.append(f"| {name} | {rows[0][name]} | {min(ys)} | {max(ys)} | {rows[-1][name]} | "
                      f"{v['second_half_growth'][name]} |")
     lines += ["", "RSS and Redis memory move with the allocator and with results that live for `--result-ttl` "
-              "(60 s here); the counts (fds, threads, zombies, cgroups, mounts, loop devices, sandbox "
+              f"({args.result_ttl} s here); the counts (fds, threads, zombies, cgroups, mounts, loop devices, sandbox "
               "processes) must not grow at all.", ""]
     path.write_text("\n".join(lines))
 
@@ -150,6 +153,13 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, default=0,
                     help="stop submitting after this long even if --jobs are not all done (0: no limit); "
                          "the figures then say how many ran")
+    ap.add_argument("--result-ttl", type=int, default=600,
+                    help="the daemon's --result-ttl: longer than any stall of this client, so that a result "
+                         "the client has not polled yet cannot expire unseen")
+    ap.add_argument("--stall-seconds", type=float, default=120,
+                    help="a job without a result this long is reported with what Redis knows of it (its hash, "
+                         "its entry, its result's TTL); once every job left is that old the soak ends and "
+                         "counts them missing")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out"))
     ap.add_argument("--svg", help="where the plot goes (default: <out>/soak.svg); rewritten every minute")
     ap.add_argument("--markdown", help="also write the figures as a results file here")
@@ -161,7 +171,7 @@ def main() -> int:
     svg_path = Path(args.svg) if args.svg else out / "soak.svg"
     server = RedisServer()
     d = Daemon(server.url, workers=8, extra=["--max-workers", "16", "--python-workers", "0", "--node-workers", "0",
-                                             "--log-level", "warn", "--result-ttl", "60"])
+                                             "--log-level", "warn", "--result-ttl", str(args.result_ttl)])
     d.start(wait_ready=server.client())
     r = redis.Redis(unix_socket_path=server.sock, socket_timeout=60)
     done = {"jobs": 0, "failed": 0, "session_ops": 0, "session_failures": 0}
@@ -197,7 +207,9 @@ def main() -> int:
     rows: List[dict] = []
     t0 = time.monotonic()
     last_sample = 0.0
-    pending: Dict[str, float] = {}
+    pending: Dict[str, tuple] = {}  # job id -> (when submitted, its entry id)
+    reported: set = set()
+    missing: List[dict] = []
     submitted = 0
     with open(out / "soak.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["seconds", "jobs_done"] + SERIES)
@@ -207,8 +219,8 @@ def main() -> int:
                 args.jobs = submitted  # the rest are not sent; what was sent is waited for
             while submitted < args.jobs and len(pending) < args.in_flight:
                 jid = f"soak-{submitted}-{secrets.token_hex(3)}"
-                r.xadd("sandpool:q:default", {"id": jid, "job": msgpack.packb(job_map(jid, argv=["/bin/echo", "soak"]))})
-                pending[jid] = time.monotonic()
+                entry = r.xadd("sandpool:q:default", {"id": jid, "job": msgpack.packb(job_map(jid, argv=["/bin/echo", "soak"]))})
+                pending[jid] = (time.monotonic(), entry.decode())
                 submitted += 1
             ids = list(pending)
             got = r.mget([f"sandpool:result:{j}" for j in ids])
@@ -221,6 +233,22 @@ def main() -> int:
                 if res.get("outcome") != "exit" or res.get("stdout") != b"soak\n":
                     done["failed"] += 1
             now = time.monotonic()
+            stalled = [j for j, (t, _) in pending.items() if now - t > args.stall_seconds]
+            for jid in stalled:
+                if jid in reported:
+                    continue
+                reported.add(jid)
+                info = {"job": jid, "entry": pending[jid][1], "waited_s": round(now - pending[jid][0], 1),
+                        "hash": {k.decode(): v.decode(errors="replace") for k, v in r.hgetall(f"sandpool:job:{jid}").items()},
+                        "result_ttl": r.ttl(f"sandpool:result:{jid}"),
+                        "queue_pending": r.xpending("sandpool:q:default", "workers")["pending"],
+                        "queue_len": r.xlen("sandpool:q:default")}
+                missing.append(info)
+                print("stalled:", json.dumps(info), file=sys.stderr, flush=True)
+            if stalled and len(stalled) == len(pending) and submitted >= args.jobs:
+                print(f"soak: {len(stalled)} job(s) without a result after {args.stall_seconds:g} s; ending",
+                      file=sys.stderr, flush=True)
+                break
             if now - last_sample >= args.every:
                 last_sample = now
                 row = {"seconds": round(now - t0, 1), "jobs_done": done["jobs"], **sample(d, r)}
@@ -250,12 +278,13 @@ def main() -> int:
     verdict = {
         "jobs": done["jobs"], "failed_jobs": done["failed"], "session_ops": done["session_ops"],
         "session_failures": done["session_failures"], "seconds": round(time.monotonic() - t0, 1),
+        "missing": [m for m in missing if m["job"] in pending],
         "first": rows[0] if rows else {}, "last": rows[-1] if rows else {}, "second_half_growth": growth,
     }
     print(json.dumps(verdict))
     if args.markdown:
         write_markdown(Path(args.markdown), verdict, rows, args, svg_path, started)
-    return 0 if done["failed"] == 0 and done["session_failures"] == 0 else 1
+    return 0 if done["failed"] == 0 and done["session_failures"] == 0 and not verdict["missing"] else 1
 
 
 if __name__ == "__main__":
