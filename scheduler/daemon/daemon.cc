@@ -421,6 +421,7 @@ void Daemon::Heartbeat() {
   std::vector<size_t> waiting;
   for (const auto& w : waiting_) waiting.push_back(w.size());
   pools_->Resize(waiting);
+  stream_reader_->RescanOwn([this](const std::string& stream) { return ledger_->TakeRescan(stream); });
   stream_reader_->Heartbeat();
   sessions_->Heartbeat();
 }

@@ -95,7 +95,7 @@ void JobLedger::SendClaims(std::vector<PendingClaim> batch) {
       if (verdict.empty() || verdict == "error") {
         if (verdict == "error") LogWarn("claim failed", {{"job", c.job_id}, {"error", ReplyString(r->element[2 * i + 1])}});
         // Whether it happened is unknown: claimed again as the same attempt.
-        unsure_claims_.insert({c.stream, c.entry});
+        unsure_claims_.emplace(Entry{c.stream, c.entry}, 0);
         c.done(Verdict::kUnknown, 0);
         continue;
       }
@@ -320,6 +320,16 @@ void JobLedger::CheckCancels(const std::vector<std::string>& job_ids, std::funct
       if (k >= 1 && static_cast<size_t>(k) <= job_ids.size()) cancelled(job_ids[static_cast<size_t>(k - 1)]);
     }
   });
+}
+
+bool JobLedger::TakeRescan(const std::string& stream) {
+  bool wanted = false;
+  for (auto it = unsure_claims_.begin(); it != unsure_claims_.end();) {
+    if (it->first.first == stream && ++it->second <= kMaxRescans) wanted = true;
+    // Not found by that many scans: not pending here any more (another daemon took it over).
+    it = it->second > kMaxRescans ? unsure_claims_.erase(it) : std::next(it);
+  }
+  return wanted;
 }
 
 void JobLedger::RefreshLeases(std::function<void(const std::string&, const std::string&)> lost) {

@@ -111,6 +111,13 @@ class JobLedger {
   void CancelQueued(const std::string& job_id);
   // Which of `job_ids` have their cancel flag set (so cancels never depend on pub/sub).
   void CheckCancels(const std::vector<std::string>& job_ids, std::function<void(const std::string&)> cancelled);
+  // Whether `stream`'s own pending entries should be scanned again (StreamReader::RescanOwn):
+  // a claim there ended with its outcome unknown (its reply lost, or an error from Redis: out of
+  // memory, a busy script, a key of the wrong type), so its entry waits, pending here and held by
+  // nobody, for a scan to claim it again as the same attempt. Each such claim asks for at most
+  // kMaxRescans scans (one per heartbeat); after that only a reconnect scans again.
+  static constexpr int kMaxRescans = 30;
+  bool TakeRescan(const std::string& stream);
   // Renews the leases of every held entry; `lost` gets the entries another daemon took over.
   void RefreshLeases(std::function<void(const std::string& stream, const std::string& entry)> lost);
   // Results waiting for Redis go out (on reconnect and every heartbeat).
@@ -160,7 +167,7 @@ class JobLedger {
   Metrics* metrics_;
   using Entry = std::pair<std::string, std::string>;  // stream, entry id
   std::map<Entry, std::string> held_;  // -> its notify target
-  std::set<Entry> unsure_claims_;      // claims sent whose reply was lost
+  std::map<Entry, int> unsure_claims_;  // claims whose outcome is unknown -> rescans asked for
   std::deque<PendingFinish> pending_;
 };
 

@@ -55,6 +55,14 @@ void StreamReader::RestartScans() {
   }
 }
 
+void StreamReader::RescanOwn(const std::function<bool(const std::string&)>& wanted) {
+  for (Stream& s : streams_) {
+    if (s.own_scan || !wanted(s.spec.key)) continue;
+    s.own_scan = true;
+    s.scan_from = "0";
+  }
+}
+
 // A reply the reader connection lost may have delivered entries to this consumer that nobody
 // saw: they are pending here, and the own scan finds them.
 void StreamReader::OnReaderConnected() {

@@ -90,6 +90,9 @@ class StreamReader {
   void Wake(std::string_view name);
   // Draining: nothing more is read (a late reply's entries stay pending, unclaimed).
   void Stop();
+  // Scans this consumer's own pending entries of each stream `wanted` names again, from the
+  // start, as after a reconnect (entries a claim left unsure: JobLedger::TakeRescan).
+  void RescanOwn(const std::function<bool(const std::string& stream)>& wanted);
 
  private:
   struct Stream {

@@ -625,6 +625,7 @@ void Sessions::Heartbeat() {
   for (auto& [sid, e] : sessions_) {
     if (e.record_dirty) WriteRecord(e);
   }
+  reader_->RescanOwn([this](const std::string& stream) { return ledger_->TakeRescan(stream); });
   reader_->Heartbeat();
   lost_hosts_->Heartbeat();
 }

@@ -169,3 +169,23 @@ def test_duplicate_ids_run_once(redis_server, daemons):
     submit(r, job_map(job_id, shell="echo twice"))
     wait_for(lambda: r.xlen("sandpool:q:default") == 0, 10, "the late duplicate to be dropped")
     assert result(r, job_id)["stdout"] == b"once\n"
+
+
+def test_a_claim_that_failed_in_redis_is_tried_again(redis_server, daemons):
+    """A claim whose outcome is unknown (here: the CLAIM script's own error, the job's hash key
+    holding a string, as out-of-memory or a busy script would fail it) leaves the entry pending
+    at this daemon and held by nobody. It is scanned for and claimed again at the following
+    heartbeats, not only at the next reconnect: once the key is mended, the job runs."""
+    r = redis_server.client()
+    d = daemons(workers=1, extra=["--heartbeat-ms", "200", "--lease-ms", "1000", "--max-workers", "1",
+                                  "--python-workers", "0", "--node-workers", "0"])
+    jid = new_id("broken")
+    r.set(f"sandpool:job:{jid}", "not a hash")
+    submit(r, job_map(jid, shell="echo ran"))
+    wait_for(lambda: "claim failed" in d.log_tail(20000), 20, "the claim to fail")
+    assert result(r, jid) is None
+    assert r.xpending("sandpool:q:default", "workers")["pending"] == 1
+    r.delete(f"sandpool:job:{jid}")
+    res = wait_results(r, [jid], timeout=20)[jid]
+    assert res["outcome"] == "exit" and res["stdout"] == b"ran\n", res
+    wait_for(lambda: r.xpending("sandpool:q:default", "workers")["pending"] == 0, 10, "the entry to be acked")

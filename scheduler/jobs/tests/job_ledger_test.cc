@@ -133,6 +133,42 @@ TEST_F(JobLedgerTest, ResultsSentWhileRedisIsAwayWaitAndAreStoredWhenItAnswers) 
   EXPECT_EQ(Must({"XLEN", stream_})->integer, 0);
 }
 
+// A claim that fails in Redis (here the script's own error: the job's hash key holds a string)
+// leaves its entry pending and unsure: the own-pending scan of its stream is asked for at the
+// next heartbeats, a bounded number of times, and no more once the entry is claimed again.
+TEST_F(JobLedgerTest, AnUnsureClaimAsksForItsStreamToBeScannedAgain) {
+  std::string entry = Queue("u1");
+  Must({"SET", "sandpool:job:u1", "not a hash"});
+  JobLedger::Verdict verdict = JobLedger::Verdict::kRun;
+  bool done = false;
+  ASSERT_TRUE(ledger_->Claim("u1", stream_, entry, 3, [&](JobLedger::Verdict v, uint32_t) {
+    verdict = v;
+    done = true;
+  }));
+  ASSERT_TRUE(RunUntil([&] { return done; }));
+  EXPECT_EQ(verdict, JobLedger::Verdict::kUnknown);
+  EXPECT_FALSE(ledger_->TakeRescan("sandpool:q:other"));
+  for (int i = 0; i < JobLedger::kMaxRescans; ++i) ASSERT_TRUE(ledger_->TakeRescan(stream_)) << i;
+  EXPECT_FALSE(ledger_->TakeRescan(stream_)) << "bounded: after that, the next reconnect scans";
+  // Found again and claimed (as the same attempt): no more scans for it.
+  Must({"DEL", "sandpool:job:u1"});
+  std::string again = Queue("u2");
+  Must({"SET", "sandpool:job:u2", "not a hash"});
+  done = false;
+  ASSERT_TRUE(ledger_->Claim("u2", stream_, again, 3, [&](JobLedger::Verdict, uint32_t) { done = true; }));
+  ASSERT_TRUE(RunUntil([&] { return done; }));
+  ASSERT_TRUE(ledger_->TakeRescan(stream_));
+  Must({"DEL", "sandpool:job:u2"});
+  done = false;
+  ASSERT_TRUE(ledger_->Claim("u2", stream_, again, 3, [&](JobLedger::Verdict v, uint32_t) {
+    verdict = v;
+    done = true;
+  }));
+  ASSERT_TRUE(RunUntil([&] { return done; }));
+  EXPECT_EQ(verdict, JobLedger::Verdict::kRun);
+  EXPECT_FALSE(ledger_->TakeRescan(stream_));
+}
+
 // Redis numbers each stream apart, so the queue and a session stream often hold an entry of the
 // same id (the first of a millisecond is <ms>-0 in both). The ledger holds them apart: a session
 // operation that ends must not take a job's hold with it, or the job's claim, answered "run"
