@@ -10,7 +10,7 @@ namespace sandpool {
 
 Status SendWithFds(int sock, char tag, const int* fds, size_t n) {
   struct iovec iov = {&tag, 1};
-  char control[CMSG_SPACE(sizeof(int) * 8)] = {};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
   struct msghdr msg = {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -32,7 +32,7 @@ Status SendWithFds(int sock, char tag, const int* fds, size_t n) {
 Status ReceiveWithFds(int sock, char* tag, int* fds, size_t max, size_t* got) {
   *got = 0;
   struct iovec iov = {tag, 1};
-  char control[CMSG_SPACE(sizeof(int) * 8)] = {};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
   struct msghdr msg = {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
