@@ -259,9 +259,7 @@ class Keeper {
     }
     sb_.stub.reset();
     j.run_sent = false;
-    // The script pipe is written to its end whatever the socket does (a shell reads the whole
-    // script before it says 'S'; a write to a shell that is gone fails and drops the rest).
-    if (!sb_.script) j.to_stub.clear();
+    j.to_stub.clear();  // all taken: a shell reads its whole script before it says 'S'
   }
 
   // A Run for this sandbox: its limits first (a job never runs under limits other than its
