@@ -21,6 +21,7 @@
 #include "common/syscalls.h"
 #include "worker/runners/nursery_wire.h"
 #include "worker/runners/zygote.h"
+#include "worker/sandbox/rootfs.h"
 #include "worker/sandbox/sandbox_init.h"
 
 namespace sandpool {
@@ -140,7 +141,7 @@ int NurseryConfigure(const char* blob, size_t len) {
 }
 
 void ShellMotherInit(const SandboxConfig& config, const SeccompProgram* seccomp, bool /*fresh*/) {
-  InitSetUp(config);
+  InitSetUp(config, MountMotherFilesystems);
   // Named for the host's tools and tests (and inherited by each sandbox's init it clones).
   ::prctl(PR_SET_NAME, "sandpool-mother", 0, 0, 0);
   // fds: 3 the sync pipe (done with), 4 the status pipe (InitFail's), 5 the socket to the

@@ -423,7 +423,7 @@ pid_t StartStub(const SandboxConfig& config, const SeccompProgram* seccomp, cons
 
 void InitMain(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command,
               int nursery_lib) {
-  InitSetUp(config);
+  InitSetUp(config, nursery_lib >= 0 ? MountMotherFilesystems : nullptr);
   InitServe(config, LaunchStub(config, seccomp, command, nursery_lib));
 }
 

@@ -27,17 +27,29 @@ const char* const kMaskedProcFiles[] = {
 
 // A fresh /proc for the sandbox's pid namespace, with the kernel-wide interfaces a job has no
 // business reading masked like container runtimes do: /dev/null over files, an empty read-only
-// tmpfs over directories.
+// tmpfs over directories. What this kernel lacks is skipped: the mount's own ENOENT says so,
+// without a lookup of its own first (each is a walk of /proc, per sandbox).
 Status MountProc() {
   SP_RETURN_IF_ERROR(Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  // Whether `path` was masked (false: it does not exist), or the error.
+  auto mask = [](const char* src, const std::string& path, const char* type, unsigned long flags,
+                 const char* data) -> Result<bool> {
+    if (::mount(src, path.c_str(), type, flags, data) == 0) return true;
+    if (errno == ENOENT) return false;
+    return ErrnoStatus("mask " + path);
+  };
   for (const char* f : kMaskedProcFiles) {
-    std::string path = std::string("/proc/") + f;
-    if (::access(path.c_str(), F_OK) != 0) continue;
-    SP_RETURN_IF_ERROR(Mount("/dev/null", path, nullptr, MS_BIND, nullptr));
+    SP_RETURN_IF_ERROR(mask("/dev/null", std::string("/proc/") + f, nullptr, MS_BIND, nullptr).status());
   }
+  // One empty tmpfs, read-only in its superblock, bound over the rest: each superblock costs its
+  // creation and, at the sandbox's end, a teardown of its own (a bind of one costs neither).
+  const char* empty = nullptr;
   for (const char* d : {"/proc/acpi", "/proc/scsi", "/proc/irq", "/proc/bus"}) {
-    if (::access(d, F_OK) != 0) continue;
-    SP_RETURN_IF_ERROR(Mount("masked", d, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555"));
+    Result<bool> masked = empty == nullptr
+                              ? mask("masked", d, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555")
+                              : mask(empty, d, nullptr, MS_BIND, nullptr);
+    if (!masked.ok()) return masked.status();
+    if (masked.value() && empty == nullptr) empty = d;
   }
   return Status::Ok();
 }
@@ -111,6 +123,11 @@ Status MountSandboxFilesystems(const SandboxConfig& config) {
     if (::rmdir("/.old") != 0) return ErrnoStatus("rmdir /.old");
   }
   return Status::Ok();
+}
+
+Status MountMotherFilesystems(const SandboxConfig& /*config*/) {
+  // Unmasked: the mother runs no job code, and each sandbox mounts its own, masked, over it.
+  return Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
 }
 
 // A session's root (docs/ARCHITECTURE.md, "Sessions"): every directory is copy-on-write over the

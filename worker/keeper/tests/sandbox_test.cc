@@ -414,6 +414,10 @@ TEST_F(ShZygoteTest, ShellSandboxesComeFromTheSlotsMother) {
   EXPECT_EQ(mother_pid(), mother) << "one mother serves the slot";
   // The OOM killer's first choice is the job, not init (whose death would take the mother).
   EXPECT_EQ(RunShell("cat /proc/self/oom_score_adj /proc/1/oom_score_adj").out, "1000\n0\n");
+  // The mother's mounts are not copied into the sandbox: each place is mounted once, but for
+  // /proc over the keeper's bind and the mother's own (rootfs.h, MountMotherFilesystems).
+  EXPECT_EQ(RunShell("awk '{print $5}' /proc/self/mountinfo | sort | uniq -c | awk '$1 > 1 {print $1, $2}'").out,
+            "3 /proc\n");
 }
 
 TEST_F(ShZygoteTest, ArgvJobsExecAndReportMissingBinaries) {
@@ -517,6 +521,13 @@ TEST_F(NurseryTest, EachJobIsAFreshCloneThatSharesNothing) {
   JobRun b = RunCode("import json, os\nprint(hasattr(json, 'marker'), os.path.exists('/work/a'), 'LEFT' in os.environ)");
   EXPECT_EQ(b.out, "False False False\n") << b.err;
   EXPECT_EQ(MotherPid(), mother) << "one mother serves the slot";
+  // None of the mother's mounts but her /proc is copied into the sandbox (rootfs.h,
+  // MountMotherFilesystems): /proc is the keeper's bind, the mother's and the sandbox's own.
+  JobRun m = RunCode(
+      "import collections\n"
+      "n = collections.Counter(l.split()[4] for l in open('/proc/self/mountinfo'))\n"
+      "print(sorted((p, c) for p, c in n.items() if c > 1))");
+  EXPECT_EQ(m.out, "[('/proc', 3)]\n") << m.err;
   // Confined like every job: uid 1000, no capabilities, no_new_privs, seccomp; dumpable as after
   // an exec (its /proc/self is its own).
   JobRun c = RunCode(
