@@ -78,16 +78,18 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup, UniqueFd* loop_contr
 
 class Keeper {
  public:
-  Keeper(const KeeperArgs& a, Channel channel, SlotCgroup cgroup, SeccompProgram seccomp, UniqueFd nursery_lib)
+  // `nursery_seccomp`: the mothers' filters, when the template has a nursery (python with
+  // `nursery_lib`, or a shell nursery).
+  Keeper(const KeeperArgs& a, Channel channel, SlotCgroup cgroup, SeccompProgram seccomp, UniqueFd nursery_lib,
+         NurserySeccomp nursery_seccomp)
       : a_(a), ch_(std::move(channel)), cgroup_(std::move(cgroup)), seccomp_(std::move(seccomp)),
-        nursery_lib_(std::move(nursery_lib)) {
+        nursery_seccomp_(std::move(nursery_seccomp)), nursery_lib_(std::move(nursery_lib)) {
     runtime_ = TemplateRuntime(a.config.runtime);
     if (runtime_ != nullptr) stub_command_ = ZygoteCommand(*runtime_);
-    if (nursery_lib_) {
-      nursery_config_ = EncodeNurseryConfig(a.config, seccomp_);
-      stub_command_ = NurseryMotherCommand();
-    }
+    if (nursery_lib_) stub_command_ = NurseryMotherCommand();
     shell_nursery_ = !nursery_lib_ && ShellNurseryApplies(a.config);
+    // Each mother's sandboxes load the job's filter over hers (seccomp_policy.h).
+    if (nursery_lib_ || shell_nursery_) nursery_config_ = EncodeNurseryConfig(a.config, nursery_seccomp_.job);
   }
 
   [[noreturn]] void Run() {
@@ -130,16 +132,15 @@ class Keeper {
     if (!MotherAlive()) {
       auto mcg = cgroup_.NewSandbox("mother-" + std::to_string(gen_));
       if (!mcg.ok()) return mcg.status().Prefixed("nursery mother cgroup");
+      const SeccompProgram* filter = &nursery_seccomp_.mother;
       auto m = shell_nursery_
-                   ? PrepareMotherSandbox(a_.config, a_.slot, std::move(mcg.value()), &seccomp_, ShellMotherInit)
-                   : PrepareSandbox(a_.config, a_.slot, std::move(mcg.value()), &seccomp_, stub_command_, nursery_lib_.get());
+                   ? PrepareMotherSandbox(a_.config, a_.slot, std::move(mcg.value()), filter, ShellMotherInit)
+                   : PrepareSandbox(a_.config, a_.slot, std::move(mcg.value()), filter, stub_command_, nursery_lib_.get());
       if (!m.ok()) return m.status().Prefixed("nursery mother");
       mother_ = std::move(m.value());
       mother_.stdin_w.reset();
-      if (!shell_nursery_) {
-        Status s = SendNurseryConfig(mother_.stub.get(), nursery_config_);
-        if (!s.ok()) return s;
-      }
+      Status s = SendNurseryConfig(mother_.stub.get(), nursery_config_);
+      if (!s.ok()) return s;
     }
     auto sb = NurseryPrepareSandbox(mother_.stub.get(), std::move(cg.value()));
     if (!sb.ok()) {
@@ -461,6 +462,7 @@ class Keeper {
   Channel ch_;
   SlotCgroup cgroup_;
   SeccompProgram seccomp_;
+  NurserySeccomp nursery_seccomp_;
   UniqueFd nursery_lib_;        // set: python sandboxes come from the slot's nursery mother
   bool shell_nursery_ = false;  // shell sandboxes come from the slot's shell mother (nursery_mother.h)
   std::string nursery_config_;  // what the mother is told at its start
@@ -500,7 +502,18 @@ void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
     ::_exit(1);
   }
   if (args.session) SessionKeeperMain(args.config, args.slot, std::move(ch), std::move(cgroup), std::move(seccomp.value()), std::move(loop_control));
-  Keeper k(args, std::move(ch), std::move(cgroup), std::move(seccomp.value()), std::move(nursery_lib));
+  NurserySeccomp nursery_seccomp;
+  if (nursery_lib || ShellNurseryApplies(args.config)) {
+    auto n = BuildNurserySeccomp();
+    if (!n.ok()) {
+      LogError("seccomp policy failed to build", {{"error", n.status().message()}});
+      (void)ch.Send(static_cast<uint16_t>(MsgType::kFailed), Encode(FailedMsg{n.status().message()}));
+      ::_exit(1);
+    }
+    nursery_seccomp = std::move(n.value());
+  }
+  Keeper k(args, std::move(ch), std::move(cgroup), std::move(seccomp.value()), std::move(nursery_lib),
+           std::move(nursery_seccomp));
   k.Run();
 }
 

@@ -23,7 +23,9 @@
 //
 // Keeper <-> mother, over the mother's stub socket:
 //   mother -> keeper  'R'                         ready (modules and library loaded)
-//   keeper -> mother  'C' u32 length, config       once: EncodeNurseryConfig (nursery_wire.h)
+//   keeper -> mother  'C' u32 length, config       once: EncodeNurseryConfig (nursery_wire.h),
+//                                                  with the filter each job loads over the
+//                                                  mother's (seccomp_policy.h, NurserySeccomp)
 //   keeper -> mother  'N' + 6 fds (SCM_RIGHTS)     make a sandbox; the fds are init's 3-8
 //   mother -> keeper  'P' + init's pidfd           init exists, waiting for the keeper's go;
 //                                                  or 'E' if it could not be cloned

@@ -131,6 +131,17 @@ int InitEntry(void* arg) {
   InitServe(g_config, job);
 }
 
+// The keeper's 'C' message (nursery.h): a u32 length and the config; whether it was taken.
+bool ReceiveConfig(int sock) {
+  char head[5];
+  if (!ReadExact(sock, head, sizeof head).ok() || head[0] != 'C') return false;
+  uint32_t len = 0;
+  std::memcpy(&len, head + 1, sizeof len);
+  if (len > (64u << 20)) return false;
+  std::string blob(len, '\0');
+  return ReadExact(sock, blob.data(), len).ok() && NurseryConfigure(blob.data(), len) == 0;
+}
+
 }  // namespace
 
 int NurseryConfigure(const char* blob, size_t len) {
@@ -150,10 +161,11 @@ void ShellMotherInit(const SandboxConfig& config, const SeccompProgram* seccomp,
   if (devnull < 0 || ::dup2(devnull, 0) != 0 || ::dup2(7, 1) != 1 || ::dup2(8, 2) != 2) InitFail("mother stdio");
   for (int fd : {3, 6, 7, 8, devnull}) ::close(fd);
   const int sock = 5;
-  // The keeper's own config, as it is in this copy of its memory: no blob to decode.
-  g_config = config;
-  g_seccomp = *seccomp;
-  Configure();
+  // The mother's filter (seccomp_policy.h, NurserySeccomp), inherited by every init and job she
+  // clones; we hold CAP_SYS_ADMIN in the slot's user namespace, so no no_new_privs is needed.
+  if (seccomp != nullptr) {
+    if (int e = LoadSeccompProgram(*seccomp)) InitFail("mother seccomp: " + std::string(std::strerror(e)));
+  }
   // Children (the sandboxes' inits) are reaped as they end: SIGCHLD is blocked but while
   // waiting for the keeper, and wakes that wait (a handler, since an ignored signal would not).
   sigset_t chld, waiting;
@@ -165,6 +177,8 @@ void ShellMotherInit(const SandboxConfig& config, const SeccompProgram* seccomp,
   sa.sa_handler = [](int) {};
   if (::sigaction(SIGCHLD, &sa, nullptr) != 0) InitFail("sigaction");
   if (::write(sock, "R", 1) != 1) ::_exit(1);
+  // The keeper's answer, as a python mother gets it (nursery.h): the config, with the job's filter.
+  if (!ReceiveConfig(sock)) ::_exit(1);
   for (;;) {
     struct pollfd p = {sock, POLLIN, 0};
     int n = ::ppoll(&p, 1, nullptr, &waiting);

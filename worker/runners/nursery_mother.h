@@ -28,9 +28,10 @@ int NurseryConfigure(const char* blob, size_t len);
 long NurserySpawn(const int* fds, int nfds, int sock);
 
 // A shell template's nursery mother (nursery.h) is the init of the slot's first sandbox itself
-// (PrepareMotherSandbox's `init`): after the set-up every init does, it says 'R' on the socket to
-// the keeper (its fd 5) and serves it as the python mother does, with the keeper's config as it
-// was cloned (no 'C'), reaping the sandboxes' inits, its children, as they end. Each sandbox's
+// (PrepareMotherSandbox's `init`): after the set-up every init does, it loads `seccomp` (the
+// nursery's mother filter, seccomp_policy.h), says 'R' on the socket to the keeper (its fd 5),
+// takes the keeper's 'C' (the config, with the job's filter) and serves it as the python mother
+// does, reaping the sandboxes' inits, its children, as they end. Each sandbox's
 // init starts the stub exactly as a keeper's init does (StartStub: the warm shell, exec'd from a
 // clone sharing init's memory), so a shell sandbox costs no user namespace, no uid maps and no
 // copy of the keeper's address space: init shares the mother's, and the stub execs.

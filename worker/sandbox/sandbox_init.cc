@@ -184,12 +184,18 @@ void HandOverScriptPipe() {
 // A template's nursery mother (nursery.h): fd 3 its socket to the keeper, fd 4 the nursery
 // library. It stays sandbox root, with capabilities in the sandbox's user namespace only (it
 // clones each job's namespaces and mounts its filesystems), and never runs job code: each job's
-// process is a clone that drops everything first. It takes no seccomp filter, since clone3 and
-// mount are what it is for; its children load the job's.
+// process is a clone that drops everything first. Its filter (`plan.seccomp`, the nursery's
+// mother filter) is the sandbox policy plus what making sandboxes takes (namespaces, mounts, a
+// hostname); each job's process loads the job's filter over it.
 [[noreturn]] void MotherMain(const StubPlan& plan) {
   if (::setsid() < 0) StubFail(errno, "setsid", 126);
   if (int err = SetLimit(RLIMIT_CORE, 1, 1)) StubFail(err, "rlimit", 126);
   if (int err = ResetSignals()) StubFail(err, "signals", 126);
+  // The mother's filter (seccomp_policy.h, NurserySeccomp): loaded with CAP_SYS_ADMIN in the
+  // sandbox's user namespace, so without no_new_privs.
+  if (plan.seccomp != nullptr) {
+    if (int e = LoadSeccompProgram(*plan.seccomp)) StubFail(e, "seccomp", 126);
+  }
   ExecInterpreter(plan);
 }
 

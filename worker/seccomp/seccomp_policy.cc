@@ -31,7 +31,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
@@ -189,6 +191,19 @@ constexpr std::string_view kDenied[] = {
     "memfd_secret", "cachestat",
 };
 
+// ---------------------------------------------------------------------------------------------
+// A nursery's mother and the inits she clones build sandboxes: they make namespaces, mount the
+// sandbox's file systems and name it. These (all refused above, and for clone its namespace
+// flags) are what the mother's filter allows and the job's small filter refuses again
+// (BuildNurserySeccomp). Nothing else differs between the two stacks and the sandbox policy.
+// ---------------------------------------------------------------------------------------------
+constexpr std::string_view kSandboxMaking[] = {"mount", "umount2", "unshare", "sethostname"};
+
+// clone's flags that make namespaces. CLONE_NEWTIME is not listed: in clone() that bit is part of
+// the exit signal (CSIGNAL); only clone3/unshare, both refused, take it as a flag.
+constexpr uint64_t kNamespaceFlags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
+                                     CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET;
+
 struct FilterCtxDeleter {
   void operator()(void* ctx) const { seccomp_release(ctx); }
 };
@@ -268,14 +283,12 @@ Status AllowAllExcept(scmp_filter_ctx ctx, std::string_view name, unsigned arg,
   return Status::Ok();
 }
 
-Status AddConditionalRules(scmp_filter_ctx ctx) {
+// `mother`: the nursery mother's form (BuildNurserySeccomp): clone with any flags.
+Status AddConditionalRules(scmp_filter_ctx ctx, bool mother) {
   // clone: fork and pthread_create need it; new namespaces from inside do not. The flags are an
-  // unsigned long (all 64 bits count). CLONE_NEWTIME is not listed: in clone() that bit is part
-  // of the exit signal (CSIGNAL); only clone3/unshare, both refused, take it as a flag.
-  constexpr uint64_t kNamespaceFlags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS |
-                                       CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET;
-  SP_RETURN_IF_ERROR(
-      AddRule(ctx, SCMP_ACT_ALLOW, "clone", {MaskedEq(0, kNamespaceFlags, 0)}));
+  // unsigned long (all 64 bits count).
+  SP_RETURN_IF_ERROR(mother ? AddRule(ctx, SCMP_ACT_ALLOW, "clone", {})
+                            : AddRule(ctx, SCMP_ACT_ALLOW, "clone", {MaskedEq(0, kNamespaceFlags, 0)}));
 
   // ioctl: terminals and files need dozens of commands (TCGETS, TIOCGWINSZ, FIONREAD, ...).
   // TIOCSTI pushes input into a terminal (a classic escape when a terminal is shared); TIOCLINUX
@@ -352,24 +365,29 @@ Result<SeccompProgram> Export(scmp_filter_ctx ctx) {
   return prog;
 }
 
-}  // namespace
-
-Result<SeccompProgram> BuildSandboxSeccomp() {
+// A new filter context on the native architecture: other architectures' entry points kill the
+// process; `default_action` answers every call no rule names.
+Result<FilterCtx> NewFilter(uint32_t default_action) {
   const uint32_t arch = seccomp_arch_native();
   if (arch != SCMP_ARCH_X86_64 && arch != SCMP_ARCH_AARCH64) {
     return Status::Error("seccomp: unsupported native architecture");
   }
-  SP_RETURN_IF_ERROR(CheckListsDisjoint());
-
-  FilterCtx ctx(seccomp_init(SCMP_ACT_ERRNO(EPERM)));
+  FilterCtx ctx(seccomp_init(default_action));
   if (!ctx) return Status::Error("seccomp: seccomp_init failed");
-  scmp_filter_ctx c = ctx.get();
-
-  int rc = seccomp_attr_set(c, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+  int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
   if (rc != 0) return SeccompError("set bad-arch action", rc);
+  return ctx;
+}
+
+// The sandbox policy, or (`mother`) the same with kSandboxMaking and namespace clones allowed.
+Result<SeccompProgram> BuildPolicy(bool mother) {
+  SP_RETURN_IF_ERROR(CheckListsDisjoint());
+  Result<FilterCtx> ctx = NewFilter(SCMP_ACT_ERRNO(EPERM));
+  if (!ctx.ok()) return ctx.status();
+  scmp_filter_ctx c = ctx->get();
   // A binary tree over syscall numbers: ~8 comparisons to reach any of ~300 rules instead of a
   // linear scan. The program is built once; its run time is paid on every system call.
-  rc = seccomp_attr_set(c, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+  int rc = seccomp_attr_set(c, SCMP_FLTATR_CTL_OPTIMIZE, 2);
   if (rc != 0) return SeccompError("set optimize", rc);
 
   for (auto group : kAllowGroups) {
@@ -383,8 +401,45 @@ Result<SeccompProgram> BuildSandboxSeccomp() {
     Result<int> nr = Resolve(name);
     if (!nr.ok()) return nr.status();
   }
-  SP_RETURN_IF_ERROR(AddConditionalRules(c));
+  if (mother) {
+    for (std::string_view name : kSandboxMaking) SP_RETURN_IF_ERROR(AddRule(c, SCMP_ACT_ALLOW, name, {}));
+  }
+  SP_RETURN_IF_ERROR(AddConditionalRules(c, mother));
   return Export(c);
+}
+
+// What a job under the mother's filter loads: refuses again, as the sandbox policy does (its
+// default action, EPERM), exactly what the mother's allows beyond it; allows everything else,
+// which the mother's filter below it decides.
+Result<SeccompProgram> BuildJobOverMother() {
+  for (std::string_view name : kSandboxMaking) {
+    if (std::find(std::begin(kDenied), std::end(kDenied), name) == std::end(kDenied)) {
+      return Status::Error("seccomp: " + std::string(name) + " is allowed to mothers but not refused to jobs");
+    }
+  }
+  Result<FilterCtx> ctx = NewFilter(SCMP_ACT_ALLOW);
+  if (!ctx.ok()) return ctx.status();
+  scmp_filter_ctx c = ctx->get();
+  for (std::string_view name : kSandboxMaking) SP_RETURN_IF_ERROR(AddRule(c, SCMP_ACT_ERRNO(EPERM), name, {}));
+  // One rule per flag: a rule compares each argument once, and any one of them is refused.
+  for (uint64_t flag = 1; flag != 0; flag <<= 1) {
+    if ((kNamespaceFlags & flag) != 0) {
+      SP_RETURN_IF_ERROR(AddRule(c, SCMP_ACT_ERRNO(EPERM), "clone", {MaskedEq(0, flag, flag)}));
+    }
+  }
+  return Export(c);
+}
+
+}  // namespace
+
+Result<SeccompProgram> BuildSandboxSeccomp() { return BuildPolicy(false); }
+
+Result<NurserySeccomp> BuildNurserySeccomp() {
+  Result<SeccompProgram> mother = BuildPolicy(true);
+  if (!mother.ok()) return mother.status();
+  Result<SeccompProgram> job = BuildJobOverMother();
+  if (!job.ok()) return job.status();
+  return NurserySeccomp{std::move(mother).value(), std::move(job).value()};
 }
 
 int LoadSeccompProgram(const SeccompProgram& p) {

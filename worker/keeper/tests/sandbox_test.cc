@@ -409,9 +409,15 @@ TEST_F(ShZygoteTest, ShellSandboxesComeFromTheSlotsMother) {
   // The job's user namespace is the mother's; its pid namespace holds only init, the shell and
   // the shell's children (ls, grep); it runs as uid 1000.
   EXPECT_EQ(a.out, std::string(own_ns) + "\n4\n1000\n") << a.err;
-  JobRun b = RunShell("test -e /work/a && echo found; grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t\n' '  '");
-  EXPECT_EQ(b.out, "CapEff: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 ") << b.err;
+  // Two filters: the mother's, inherited, and the job's small one over it (seccomp_policy.h).
+  JobRun b = RunShell("test -e /work/a && echo found; grep -E '^(CapEff|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status | tr -s '\t\n' '  '");
+  EXPECT_EQ(b.out, "CapEff: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 Seccomp_filters: 2 ") << b.err;
   EXPECT_EQ(mother_pid(), mother) << "one mother serves the slot";
+  {
+    std::ifstream status("/proc/" + std::to_string(mother) + "/status");
+    std::string all((std::istreambuf_iterator<char>(status)), {});
+    EXPECT_NE(all.find("Seccomp_filters:\t1\n"), std::string::npos) << "the mother holds her own filter";
+  }
   // The OOM killer's first choice is the job, not init (whose death would take the mother).
   EXPECT_EQ(RunShell("cat /proc/self/oom_score_adj /proc/1/oom_score_adj").out, "1000\n0\n");
   // The mother's mounts are not copied into the sandbox: each place is mounted once, but for
@@ -533,8 +539,9 @@ TEST_F(NurseryTest, EachJobIsAFreshCloneThatSharesNothing) {
   JobRun c = RunCode(
       "import os\n"
       "s = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
-      "print(os.getuid(), s['CapEff'], s['CapBnd'], s['NoNewPrivs'], s['Seccomp'], len(open('/proc/self/environ','rb').read()) > 0)");
-  EXPECT_EQ(c.out, "1000 0000000000000000 0000000000000000 1 2 True\n") << c.err;
+      "print(os.getuid(), s['CapEff'], s['CapBnd'], s['NoNewPrivs'], s['Seccomp'], s['Seccomp_filters'], len(open('/proc/self/environ','rb').read()) > 0)");
+  // Two filters: the mother's, inherited, and the job's small one over it (seccomp_policy.h).
+  EXPECT_EQ(c.out, "1000 0000000000000000 0000000000000000 1 2 2 True\n") << c.err;
   // The OOM killer's first choice is the job, not init (whose death would take the mother).
   EXPECT_EQ(RunCode("print(open('/proc/self/oom_score_adj').read().strip(), open('/proc/1/oom_score_adj').read().strip())").out,
             "1000 0\n");

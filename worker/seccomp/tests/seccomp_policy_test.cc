@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -36,6 +37,11 @@
 namespace sandpool {
 namespace {
 
+// Which filters a "filtered" child loads: the sandbox policy, or (the binary run with
+// --stack=nursery, a second registration of every case) the nursery's mother filter with the
+// job's over it, which must answer every case the same.
+bool g_nursery_stack = false;
+
 const SeccompProgram& Program() {
   static const SeccompProgram* prog = [] {
     Result<SeccompProgram> r = BuildSandboxSeccomp();
@@ -48,14 +54,32 @@ const SeccompProgram& Program() {
   return *prog;
 }
 
+const NurserySeccomp& Nursery() {
+  static const NurserySeccomp* n = [] {
+    Result<NurserySeccomp> r = BuildNurserySeccomp();
+    if (!r.ok()) {
+      std::fprintf(stderr, "BuildNurserySeccomp: %s\n", r.status().message().c_str());
+      std::abort();
+    }
+    return new NurserySeccomp(std::move(r).value());
+  }();
+  return *n;
+}
+
+// What a filtered child loads, in order.
+std::vector<const SeccompProgram*> Filters() {
+  if (g_nursery_stack) return {&Nursery().mother, &Nursery().job};
+  return {&Program()};
+}
+
 struct ChildResult {
   int status = 0;   // raw wait status
   std::string out;  // the child's stdout
 };
 
-// Forks; the child loads `prog` (unless null) after PR_SET_NO_NEW_PRIVS, then runs `body`, whose
+// Forks; the child loads `progs` in order after PR_SET_NO_NEW_PRIVS, then runs `body`, whose
 // return value becomes the exit code. Exit code 200/201 mean the set-up itself failed.
-ChildResult RunChild(const SeccompProgram* prog, const std::function<int()>& body) {
+ChildResult RunChild(const std::vector<const SeccompProgram*>& progs, const std::function<int()>& body) {
   ChildResult res;
   Result<PipePair> pipe = MakePipe();
   if (!pipe.ok()) {
@@ -71,7 +95,9 @@ ChildResult RunChild(const SeccompProgram* prog, const std::function<int()>& bod
   if (pid == 0) {
     dup2(pipe->write.get(), STDOUT_FILENO);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(200);
-    if (prog != nullptr && LoadSeccompProgram(*prog) != 0) _exit(201);
+    for (const SeccompProgram* prog : progs) {
+      if (LoadSeccompProgram(*prog) != 0) _exit(201);
+    }
     int code = body();
     std::fflush(stdout);
     _exit(code);
@@ -91,7 +117,7 @@ ChildResult RunChild(const SeccompProgram* prog, const std::function<int()>& bod
   return res;
 }
 
-ChildResult RunFiltered(const std::function<int()>& body) { return RunChild(&Program(), body); }
+ChildResult RunFiltered(const std::function<int()>& body) { return RunChild(Filters(), body); }
 
 // Runs argv[0] under the filter with a small, fixed environment.
 ChildResult Exec(std::vector<std::string> argv, std::vector<std::string> env = {}) {
@@ -156,7 +182,7 @@ TEST(SeccompBuild, BuildsAndReportsTimes) {
   int64_t load_best = INT64_MAX;
   const SeccompProgram& prog = Program();  // built here, outside the timed region
   for (int i = 0; i < kRounds; ++i) {
-    ChildResult r = RunChild(nullptr, [&prog] {
+    ChildResult r = RunChild({}, [&prog] {
       int64_t t0 = MonotonicUs();
       int err = LoadSeccompProgram(prog);
       int64_t dt = MonotonicUs() - t0;
@@ -166,10 +192,25 @@ TEST(SeccompBuild, BuildsAndReportsTimes) {
     ASSERT_EQ(r.status, 0) << Describe(r.status);
     load_best = std::min(load_best, static_cast<int64_t>(std::stoll(r.out)));
   }
+  // The nursery job's load, over the mother's filter (loaded untimed first).
+  int64_t job_best = INT64_MAX;
+  const NurserySeccomp& n = Nursery();
+  for (int i = 0; i < kRounds; ++i) {
+    ChildResult r = RunChild({&n.mother}, [&n] {
+      int64_t t0 = MonotonicUs();
+      int err = LoadSeccompProgram(n.job);
+      int64_t dt = MonotonicUs() - t0;
+      std::printf("%lld", static_cast<long long>(dt));
+      return err;
+    });
+    ASSERT_EQ(r.status, 0) << Describe(r.status);
+    job_best = std::min(job_best, static_cast<int64_t>(std::stoll(r.out)));
+  }
   std::printf("[ timing ] BuildSandboxSeccomp: best %lld us, mean %lld us; program %zu insns; "
-              "LoadSeccompProgram: best %lld us\n",
+              "LoadSeccompProgram: best %lld us; a nursery job's (%zu insns, over the mother's %zu): best %lld us\n",
               static_cast<long long>(best), static_cast<long long>(total / kRounds), len,
-              static_cast<long long>(load_best));
+              static_cast<long long>(load_best), n.job.filter.size(), n.mother.filter.size(),
+              static_cast<long long>(job_best));
 }
 
 TEST(SeccompBuild, DeterministicOutput) {
@@ -179,6 +220,41 @@ TEST(SeccompBuild, DeterministicOutput) {
   ASSERT_EQ(a->filter.size(), b->filter.size());
   EXPECT_EQ(0, std::memcmp(a->filter.data(), b->filter.data(),
                            a->filter.size() * sizeof(struct sock_filter)));
+}
+
+// The nursery's mother filter lets a mother build sandboxes (namespaces, mounts, a hostname); the
+// job's filter over it takes exactly that away again. (Every other case of this file runs
+// against that stack too: --stack=nursery.)
+TEST(SeccompNursery, TheMotherBuildsSandboxesAndTheJobOverHerCannot) {
+  const NurserySeccomp& n = Nursery();
+  EXPECT_LT(n.job.filter.size() * 4, Program().filter.size()) << "the job's load is the small one";
+  auto make_sandbox = [] {
+    if (ErrnoOf(unshare(CLONE_NEWNS | CLONE_NEWUTS)) != 0) return 10 + errno;
+    if (ErrnoOf(sethostname("x", 1)) != 0) return 30 + errno;
+    if (ErrnoOf(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr)) != 0) return 50 + errno;
+    if (ErrnoOf(umount2("/nonexistent-sandpool", 0)) != ENOENT) return 70;
+    long pid = syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWIPC | SIGCHLD, nullptr, nullptr, nullptr, 0);
+    if (pid == 0) _exit(getpid() == 1 ? 0 : 1);
+    int st = 0;
+    if (pid < 0 || waitpid(static_cast<pid_t>(pid), &st, 0) != pid || st != 0) return 71;
+    return 0;
+  };
+  EXPECT_EXIT_CODE(RunChild({&n.mother}, make_sandbox), 0);
+  auto refused = [] {
+    int fails = 0;
+    fails += ErrnoOf(unshare(CLONE_NEWUTS)) == EPERM ? 0 : 1;
+    fails += ErrnoOf(sethostname("x", 1)) == EPERM ? 0 : 2;
+    fails += ErrnoOf(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr)) == EPERM ? 0 : 4;
+    fails += ErrnoOf(umount2("/nonexistent-sandpool", 0)) == EPERM ? 0 : 8;
+    long pid = syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, 0);
+    if (pid == 0) _exit(0);
+    fails += pid == -1 && errno == EPERM ? 0 : 16;
+    fails += ErrnoOf(syscall(SYS_clone3, nullptr, 0)) == ENOSYS ? 0 : 32;
+    fails += getppid() > 0 ? 0 : 64;
+    return fails;
+  };
+  EXPECT_EXIT_CODE(RunChild({&n.mother, &n.job}, refused), 0);
+  EXPECT_EXIT_CODE(RunChild({&Program()}, refused), 0);
 }
 
 TEST(SeccompLoad, RejectsEmptyProgram) {
@@ -478,7 +554,7 @@ long Int80(long nr) {
 TEST(SeccompArch, I386Int80IsKilled) {
   // Without a filter, int 0x80 getpid (i386 nr 20) works only if the kernel has IA32 emulation;
   // without it the entry point does not exist and there is nothing to test.
-  ChildResult base = RunChild(nullptr, [] { return Int80(20) == getpid() ? 0 : 1; });
+  ChildResult base = RunChild({}, [] { return Int80(20) == getpid() ? 0 : 1; });
   if (!(WIFEXITED(base.status) && WEXITSTATUS(base.status) == 0)) {
     GTEST_SKIP() << "kernel without IA32 emulation: " << Describe(base.status);
   }
@@ -498,3 +574,11 @@ TEST(SeccompArch, X32IsKilled) {
 
 }  // namespace
 }  // namespace sandpool
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--stack=nursery") sandpool::g_nursery_stack = true;
+  }
+  return RUN_ALL_TESTS();
+}
