@@ -140,7 +140,11 @@ class Keeper {
       mother_ = std::move(m.value());
       mother_.stdin_w.reset();
       Status s = SendNurseryConfig(mother_.stub.get(), nursery_config_);
-      if (!s.ok()) return s;
+      if (!s.ok()) {
+        // Part of it may be in her socket: she would take what comes next for the rest.
+        EndMother();
+        return s;
+      }
     }
     auto sb = NurseryPrepareSandbox(mother_.stub.get(), std::move(cg.value()));
     if (!sb.ok()) {

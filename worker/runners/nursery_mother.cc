@@ -178,7 +178,7 @@ void ShellMotherInit(const SandboxConfig& config, const SeccompProgram* seccomp,
   if (::sigaction(SIGCHLD, &sa, nullptr) != 0) InitFail("sigaction");
   if (::write(sock, "R", 1) != 1) ::_exit(1);
   // The keeper's answer, as a python mother gets it (nursery.h): the config, with the job's filter.
-  if (!ReceiveConfig(sock)) ::_exit(1);
+  if (!ReceiveConfig(sock)) InitFail("the keeper's nursery config: cut short or malformed");
   for (;;) {
     struct pollfd p = {sock, POLLIN, 0};
     int n = ::ppoll(&p, 1, nullptr, &waiting);

@@ -38,7 +38,9 @@ Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot, bool session 
 // sandbox's (its disk at layout::kDisk; `fresh`: the disk is new).
 Status MountSandboxFilesystems(const SandboxConfig& config);
 Status MountSessionFilesystems(const SandboxConfig& config, bool fresh);
-// A nursery mother's (nursery.h): a fresh /proc for its pid namespace and nothing else. Every
+// A nursery mother's (nursery.h): a fresh /proc for its pid namespace and, for a template with a
+// layer, the layer's read-only lower at layer_mount (what the interpreter finds on its paths at
+// start-up is cached in the memory each job copies), and nothing else. Every
 // mount of hers is copied into each sandbox she clones (CLONE_NEWNS) and torn down with it; the
 // sandbox mounts its own /work, /tmp, /var/tmp, /dev/shm and masked /proc over the keeper root
 // anyway, so hers would be copies nobody sees (17 of a shell sandbox's 59 mounts).

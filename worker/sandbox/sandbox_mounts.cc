@@ -125,9 +125,16 @@ Status MountSandboxFilesystems(const SandboxConfig& config) {
   return Status::Ok();
 }
 
-Status MountMotherFilesystems(const SandboxConfig& /*config*/) {
+Status MountMotherFilesystems(const SandboxConfig& config) {
   // Unmasked: the mother runs no job code, and each sandbox mounts its own, masked, over it.
-  return Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
+  SP_RETURN_IF_ERROR(Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  if (HasCopyOnWriteLayer(config)) {
+    // The layer where the sandboxes have it, as they first see it (read-only: the keeper's
+    // lower). A python mother looks at her sys.path at start-up (PYTHONPATH into the layer), and
+    // what she finds there, or that there is nothing, is cached in the memory every job copies.
+    SP_RETURN_IF_ERROR(Mount(kLowerLayer, config.layer_mount, nullptr, MS_BIND, nullptr));
+  }
+  return Status::Ok();
 }
 
 // A session's root (docs/ARCHITECTURE.md, "Sessions"): every directory is copy-on-write over the
