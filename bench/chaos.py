@@ -280,7 +280,7 @@ def write_markdown(path: Path, f: dict, args: argparse.Namespace, started: float
     cmd = (f"sudo /usr/bin/python3 bench/chaos.py --jobs {args.jobs} --seconds {args.seconds:g} --seed {args.seed}"
            f" --markdown {args.markdown}")
     a = f["actions"]
-    lines = header("sandpool chaos: results", cmd, started) + [
+    lines = header("sandpool chaos: results", cmd, started, args.code) + [
         f"Three daemons (`{' '.join(FLAGS)}`) on one redis-server (append-only file, `appendfsync always`); "
         f"{f['jobs']} mixed jobs over {args.seconds:g} s: shell jobs of 0-1.5 s, python jobs, jobs with "
         "`retries: 2`, jobs that time out; 8% cancelled at a random moment.", "",
@@ -313,6 +313,8 @@ def main() -> int:
     ap.add_argument("--markdown", help="also write the figures as a results file here")
     args = ap.parse_args()
     started = time.time()
+    from runinfo import code_state
+    args.code = code_state()  # now: the tree may move on before the results are written
     figures = run(args.jobs, args.seconds, args.seed)
     print(json.dumps(figures))
     if args.markdown:

@@ -35,18 +35,29 @@ def _bench_output(path: str) -> bool:
     return path.startswith(("bench/RESULTS", "bench/out/")) or path in ("bench/soak.svg", "bench/fuzz-results.md")
 
 
-def header(title: str, command: str, started: float) -> List[str]:
-    """Markdown lines: the title and the run's facts. `started` is time.time() at the start."""
+def code_state() -> str:
+    """The commit and whether the tree is dirty, as "<commit>" or "<commit> (dirty ...)". Take it
+    when the run starts: a long run's tree may move on before its results are written."""
     commit = _git("rev-parse", "--short", "HEAD") or "?"
     # What the benchmarks write themselves does not make the code dirty.
     dirty = [l for l in (_git("status", "--porcelain") or "").splitlines() if not _bench_output(l[3:])]
+    return commit + (" (dirty tree: built from the working tree)" if dirty else "")
+
+
+def header(title: str, command: str, started: float, code: str = "") -> List[str]:
+    """Markdown lines: the title and the run's facts. `started` is time.time() at the start;
+    `code`, code_state() at the start (now, when not given)."""
+    code = code or code_state()
+    daemon = os.environ.get("SANDPOOLD")
+    if daemon:
+        code += f"; daemon binary `{daemon}` (SANDPOOLD)"
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     return [
         f"# {title}", "",
         f"Written by `{command}` (as root, from the repository root; do not edit by hand, re-run it).", "",
         f"- **Date (UTC):** {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started))} "
         f"(run took {time.time() - started:.0f} s)",
-        f"- **Code:** commit {commit}{' (dirty tree: built from the working tree)' if dirty else ''}",
+        f"- **Code:** commit {code}",
         f"- **Machine:** {os.cpu_count()} CPUs, `{cpu_model()}`, kernel {platform.release()}; load average {load} "
         "at the end. Shared and noisy: absolute times vary, counts do not.",
         "",

@@ -121,7 +121,7 @@ def write_markdown(path: Path, v: dict, rows: List[dict], args: argparse.Namespa
         cmd += f" --svg {args.svg}"
     cmd += f" --markdown {args.markdown}"
     rel = os.path.relpath(svg_path, path.parent)
-    lines = header("sandpool soak: results", cmd, started) + [
+    lines = header("sandpool soak: results", cmd, started, args.code) + [
         (f"**Stopped by `--max-seconds` after {v['jobs']} of the {args.requested_jobs} jobs asked for.** "
          if v["jobs"] < args.requested_jobs else "") +
         f"One daemon (`--workers 8 --max-workers 16`), {v['jobs']} one-shot `/bin/echo soak` jobs, {args.in_flight} "
@@ -166,6 +166,8 @@ def main() -> int:
     args = ap.parse_args()
     args.requested_jobs = args.jobs
     started = time.time()
+    from runinfo import code_state
+    args.code = code_state()  # now: the tree may move on before the results are written
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     svg_path = Path(args.svg) if args.svg else out / "soak.svg"
