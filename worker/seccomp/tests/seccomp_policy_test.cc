@@ -42,29 +42,22 @@ namespace {
 // job's over it, which must answer every case the same.
 bool g_nursery_stack = false;
 
-const SeccompProgram& Program() {
-  static const SeccompProgram* prog = [] {
-    Result<SeccompProgram> r = BuildSandboxSeccomp();
+// `build`'s result, built once for the whole run; a build that fails ends the run.
+template <typename T>
+const T& BuiltOnce(Result<T> (*build)(), const char* name) {
+  static const T* built = [&] {
+    Result<T> r = build();
     if (!r.ok()) {
-      std::fprintf(stderr, "BuildSandboxSeccomp: %s\n", r.status().message().c_str());
+      std::fprintf(stderr, "%s: %s\n", name, r.status().message().c_str());
       std::abort();
     }
-    return new SeccompProgram(std::move(r).value());
+    return new T(std::move(r).value());
   }();
-  return *prog;
+  return *built;
 }
 
-const NurserySeccomp& Nursery() {
-  static const NurserySeccomp* n = [] {
-    Result<NurserySeccomp> r = BuildNurserySeccomp();
-    if (!r.ok()) {
-      std::fprintf(stderr, "BuildNurserySeccomp: %s\n", r.status().message().c_str());
-      std::abort();
-    }
-    return new NurserySeccomp(std::move(r).value());
-  }();
-  return *n;
-}
+const SeccompProgram& Program() { return BuiltOnce(BuildSandboxSeccomp, "BuildSandboxSeccomp"); }
+const NurserySeccomp& Nursery() { return BuiltOnce(BuildNurserySeccomp, "BuildNurserySeccomp"); }
 
 // What a filtered child loads, in order.
 std::vector<const SeccompProgram*> Filters() {
