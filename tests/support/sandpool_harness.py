@@ -138,9 +138,16 @@ class Daemon:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.args, stdout=log, stderr=log, env=self.env)
         if wait_ready is not None:
-            wait_for(lambda: wait_ready.exists(f"sandpool:daemon:{self.consumer}") or self._dead(), 30,
-                     "the daemon's heartbeat")
-            assert self.proc.poll() is None, self.log_tail()
+            try:
+                wait_for(lambda: wait_ready.exists(f"sandpool:daemon:{self.consumer}") or self._dead(), 30,
+                         "the daemon's heartbeat")
+                assert self.proc.poll() is None, self.log_tail()
+            except BaseException:
+                # A daemon that never became ready is not left running behind the failure.
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                    self.proc.wait()
+                raise
         return self
 
     def _dead(self) -> bool:
