@@ -62,6 +62,15 @@ class Channel {
   // Returns an error on EOF (sys_errno 0) or a socket/protocol error; frames parsed before the
   // error are still appended.
   Status OnReadable(std::vector<Frame>* out);
+  // Gives back the memory of the buffers when nothing is buffered (after a large frame they keep
+  // its size; an idle reader may not want to keep that).
+  void ReleaseIdleBuffers() {
+    if (in_.empty()) std::string().swap(in_);
+    if (out_off_ >= out_.size()) {
+      std::string().swap(out_);
+      out_off_ = 0;
+    }
+  }
 
  private:
   Status ReadSome(bool* eof, bool* would_block, int flags);
