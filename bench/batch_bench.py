@@ -103,7 +103,7 @@ def standin(sock: str, scripts: Path, stop_after: int, batch: int = 128) -> None
                     ev = msgpack.packb({"v": 1, "type": "exited", "seq": 1, "result": result}, use_bin_type=True)
                     started = msgpack.packb({"v": 1, "type": "started", "seq": 0, "worker": consumer, "attempt": 1})
                     keys += [f"sandpool:job:{jid}", f"sandpool:result:{jid}", q, f"sandpool:out:{jid}"]
-                    args += [eid, "1", res, ev, jid, "exit", "0", "", "1", started]
+                    args += [eid, "1", res, ev, jid, "exit", "0", "", "", "1", started]
                 pipe.evalsha(finish, len(keys), *keys, *args)
             for verdicts in pipe.execute():
                 assert all(v == b"ok" for v in verdicts), verdicts[:4]

@@ -21,6 +21,11 @@ class Keys {
   std::string Job(std::string_view id) const { return Join("job", id); }
   std::string Result(std::string_view id) const { return Join("result", id); }
   std::string Out(std::string_view id) const { return Join("out", id); }
+  // Where a daemon puts a large result of `attempt` just before its FINISH moves it to Result(id)
+  // (daemons only; scheduler/redis/scripts.h, FINISH).
+  std::string Stage(std::string_view id, std::string_view consumer, std::string_view attempt) const {
+    return Join("stage", id) + ":" + std::string(consumer) + ":" + std::string(attempt);
+  }
   std::string Daemon(std::string_view consumer) const { return Join("daemon", consumer); }
   // The CLIENT SETNAME of a daemon's connection `conn`: peers judge a daemon alive while Redis
   // lists any connection named for it.

@@ -170,9 +170,20 @@ void JobLedger::SendFinishes(std::vector<PendingFinish> batch) {
   args.insert(args.end(), {config_.consumer, std::to_string(config_.result_ttl_s), std::string(Keys::kGroup),
                            keys_.prefix()});
   for (PendingFinish& f : batch) {
-    args.insert(args.end(), {f.entry, f.attempt, f.result, f.event, f.job_id, f.summary.outcome, f.summary.exit_code,
-                             f.summary.error, std::to_string(f.live.size())});
-    args.insert(args.end(), std::make_move_iterator(f.live.begin()), std::make_move_iterator(f.live.end()));
+    if (f.result.size() > kStageBytes) {
+      // Staged (scripts.h, FINISH): the bytes go to Redis as plain commands, ahead of the script
+      // on this connection, so they never become Lua strings (which Redis hashes byte by byte:
+      // about 2 ms per MiB here, twice per result with its exited event).
+      std::string stage = keys_.Stage(f.job_id, config_.consumer, f.attempt);
+      for (std::string& e : f.live) PublishNow(f.job_id, std::move(e));
+      cmd_->Command({"SET", stage, f.result, "PX", std::to_string(kStageTtlMs)}, [](redisReply*) {});
+      args.insert(args.end(), {f.entry, f.attempt, "", "", f.job_id, f.summary.outcome, f.summary.exit_code,
+                               f.summary.error, std::move(stage), "0"});
+    } else {
+      args.insert(args.end(), {f.entry, f.attempt, f.result, f.event, f.job_id, f.summary.outcome,
+                               f.summary.exit_code, f.summary.error, "", std::to_string(f.live.size())});
+      args.insert(args.end(), std::make_move_iterator(f.live.begin()), std::make_move_iterator(f.live.end()));
+    }
     // Sent again after a lost connection: live events are at most once, so they do not wait.
     f.live.clear();
   }
@@ -198,6 +209,9 @@ void JobLedger::SendFinishes(std::vector<PendingFinish> batch) {
 
 void JobLedger::TakeFinishVerdict(PendingFinish& f, const redisReply* reply) {
   std::string verdict = ReplyString(reply);
+  // A staged result's exited event: published now that the result is stored (as the script
+  // publishes the others), and only then.
+  if (verdict == "ok" && f.result.size() > kStageBytes) PublishNow(f.job_id, std::move(f.event));
   if (verdict == "ok" || verdict == "dup" || verdict == "fenced") {
     if (verdict == "dup") Ack(f.stream, f.entry);
     if (verdict == "fenced") LogWarn("result discarded: another daemon took the job over", {{"job", f.job_id}});

@@ -60,6 +60,12 @@ class JobLedger {
   // and stops taking results past about this many bytes of them.
   static constexpr size_t kMaxBatch = 128;
   static constexpr size_t kMaxBatchBytes = 1 << 20;
+  // A result larger than this is staged: SET apart and moved into place by FINISH (scripts.h).
+  // Equal to the completion record's limit on a result it carries, so a staged result is never
+  // carried by one.
+  static constexpr size_t kStageBytes = 64 << 10;
+  // How long a staged result waits for its FINISH (which follows it at once on the connection).
+  static constexpr int kStageTtlMs = 600000;
 
   // Entries this daemon holds (read and not yet finished): their leases are renewed. `notify`:
   // the entry's notify target (intake.h NotifyTargetOf), which its claim records. An entry is

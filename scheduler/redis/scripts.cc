@@ -90,10 +90,11 @@ namespace sandpool {
   "  return out\n" \
   "end\n" \
   "-- known: {outcome, exit_code, error} when the caller has them (a result it stores now), else nil:\n" \
-  "-- they are read from the stored result.\n" \
+  "-- they are read from the stored result. size: the result's length when res is not given (a\n" \
+  "-- staged result that FINISH moved into place without reading it; known is then given).\n" \
   "local sp_notified = {}\n" \
-  "local function sp_notify(prefix, target, id, res, ttl, known)\n" \
-  "  if target == '' or not res then return end\n" \
+  "local function sp_notify(prefix, target, id, res, ttl, known, size)\n" \
+  "  if target == '' or not (res or (known and size)) then return end\n" \
   "  local name, want = target, false\n" \
   "  if string.sub(target, -1) == '!' then name = string.sub(target, 1, -2); want = true end\n" \
   "  local r = known or sp_summary(res)\n" \
@@ -101,8 +102,8 @@ namespace sandpool {
   "  if type(r.exit_code) == 'number' then f[6] = string.format('%d', r.exit_code) end\n" \
   "  if r.error then f[#f + 1] = 'error'; f[#f + 1] = r.error end\n" \
   "  if want then\n" \
-  "    if #res <= 65536 then f[#f + 1] = 'result'; f[#f + 1] = res\n" \
-  "    else f[#f + 1] = 'result_bytes'; f[#f + 1] = tostring(#res) end\n" \
+  "    if res and #res <= 65536 then f[#f + 1] = 'result'; f[#f + 1] = res\n" \
+  "    else f[#f + 1] = 'result_bytes'; f[#f + 1] = tostring(res and #res or size) end\n" \
   "  end\n" \
   "  local key = prefix .. ':notify:' .. name\n" \
   "  redis.call('XADD', key, '*', unpack(f))\n" \
@@ -214,12 +215,24 @@ end
 local acks, streams = {}, {}
 local function finish(k, a, live)
   local job, res, stream, out = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
-  local entry, attempt, result = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  for i = a + 9, a + 8 + live do publish(out, ARGV[i]) end
+  local entry, attempt, result, stage = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 8]
+  for i = a + 10, a + 9 + live do publish(out, ARGV[i]) end
   local h = redis.call('HMGET', job, 'consumer', 'attempt', 'entry', 'notify')
-  if h[3] and h[3] ~= entry then return 'dup' end
-  if h[1] and (h[1] ~= consumer or h[2] ~= attempt) then return 'fenced' end
-  redis.call('SET', res, result, 'EX', ttl)
+  if h[3] and h[3] ~= entry or h[1] and (h[1] ~= consumer or h[2] ~= attempt) then
+    if stage ~= '' then redis.call('DEL', stage) end
+    return h[3] and h[3] ~= entry and 'dup' or 'fenced'
+  end
+  local size = nil
+  if stage ~= '' then
+    -- A large result, SET by the daemon at the stage key just before this call: moved into
+    -- place, never made a Lua string (Redis's Lua hashes every byte of every string it makes).
+    redis.call('RENAME', stage, res)
+    redis.call('EXPIRE', res, ttl)
+    size = redis.call('STRLEN', res)
+    result = nil
+  else
+    redis.call('SET', res, result, 'EX', ttl)
+  end
   if h[1] and h[3] then
     -- The claim wrote entry, consumer and attempt, and they were just found equal.
     redis.call('HSET', job, 'state', 'done', 'done_ms', now_ms)
@@ -227,10 +240,12 @@ local function finish(k, a, live)
     redis.call('HSET', job, 'state', 'done', 'entry', entry, 'consumer', consumer, 'attempt', attempt, 'done_ms', now_ms)
   end
   redis.call('EXPIRE', job, ttl)
-  publish(out, ARGV[a + 3])
+  if ARGV[a + 3] ~= '' then publish(out, ARGV[a + 3]) end
   local known = {outcome = ARGV[a + 5], exit_code = tonumber(ARGV[a + 6]), error = ARGV[a + 7] ~= '' and ARGV[a + 7] or nil}
   if known.outcome == '' then known = nil end
-  for _, target in ipairs(sp_targets(h[4])) do sp_notify(prefix, target, ARGV[a + 4], result, ttl, known) end
+  local targets = sp_targets(h[4])
+  if #targets > 0 and not result and not known then result = redis.call('GET', res) end
+  for _, target in ipairs(targets) do sp_notify(prefix, target, ARGV[a + 4], result, ttl, known, size) end
   if not acks[stream] then acks[stream] = {}; streams[#streams + 1] = stream end
   local ids = acks[stream]
   ids[#ids + 1] = entry
@@ -239,10 +254,10 @@ end
 local out = {}
 local a = 5
 for k = 1, #KEYS, 4 do
-  local live = tonumber(ARGV[a + 8])
+  local live = tonumber(ARGV[a + 9])
   local ok, verdict = pcall(finish, k, a, live)
   out[#out + 1] = ok and verdict or sp_error(verdict)
-  a = a + 9 + live
+  a = a + 10 + live
 end
 -- Where the stream can be trimmed (XTRIM MINID: every entry before it goes): the group's oldest
 -- pending entry, or, with nothing pending, the entry after the last one delivered. Every entry

@@ -33,8 +33,12 @@
 //        ARGV: consumer, ttl s, group, prefix, then per entry: entry id, attempt, result bytes,
 //              exited-event bytes, job id, the result's outcome, exit code ("" for nil) and error
 //              code ("" for none) for the completion records (an empty outcome: read from the
-//              bytes), n, then n live events held back (JobLedger::Publish), published first,
-//              in order
+//              bytes), the stage key ("" for none), n, then n live events held back
+//              (JobLedger::Publish), published first, in order. With a stage key, the result
+//              bytes and the exited event are "": the caller SET the result at the stage key just
+//              before the call, the script RENAMEs it to the result key (or DELs it when the
+//              verdict is not "ok"), and the caller publishes the exited event once it hears "ok".
+//              Large results go this way so that Redis never makes them Lua strings.
 //   -> per entry: "ok" (stored, published, a record appended to each of the hash's notify
 //      targets, acked, deleted), "fenced" (another daemon took the job over because this one
 //      was presumed dead: nothing written), "dup" (the id belongs to another entry: nothing

@@ -188,10 +188,18 @@ def test_daemon_user_may_run_every_command_of_a_batched_finish(acl_setup):
     entries = [daemon.xadd(q, {"id": i}).decode() for i in ids]
     daemon.xreadgroup("workers", "acl-test", {q: ">"}, count=5)  # the sixth stays queued
     keys, args = [], ["acl-test", "60", "workers", "sandpool"]
-    for i, e in zip(ids[:4], entries[:4]):
+    for n, (i, e) in enumerate(zip(ids[:4], entries[:4])):
         keys += [f"sandpool:job:{i}", f"sandpool:result:{i}", q, f"sandpool:out:{i}"]
-        args += [e, "1", "result", "exited", i, "exit", "0", "", "0"]
+        if n == 0:
+            # A large result is staged: SET apart, then moved into place by the script (RENAME).
+            stage = f"sandpool:stage:{i}:acl-test:1"
+            daemon.set(stage, b"r" * 70000, px=60000)
+            args += [e, "1", "", "", i, "exit", "0", "", stage, "0"]
+        else:
+            args += [e, "1", "result", "exited", i, "exit", "0", "", "", "0"]
     assert daemon.eval(finish, len(keys), *keys, *args) == [b"ok"] * 4
+    assert client.get(f"sandpool:result:{ids[0]}") == b"r" * 70000
+    assert not daemon.exists(f"sandpool:stage:{ids[0]}:acl-test:1")
     # The four are gone (trimmed), the fifth still runs, the sixth is queued.
     assert [e.decode() for e, _ in daemon.xrange(q)] == entries[4:]
     daemon.delete(q)

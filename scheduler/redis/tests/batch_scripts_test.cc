@@ -167,6 +167,7 @@ class FinishBatch : public BatchScripts {
   struct FinishArgs {
     std::string id, entry, stream, attempt = "1";
     std::vector<std::string> live;
+    std::string staged = {};  // non-empty: the result, SET at a stage key before the call
   };
 
   // Queues an entry for `id` on `stream`, reads it as kConsumer and claims it: returns its entry id.
@@ -187,7 +188,13 @@ class FinishBatch : public BatchScripts {
     }
     args.insert(args.end(), {kConsumer, kTtl, kGroup, p});
     for (const FinishArgs& f : batch) {
-      args.insert(args.end(), {f.entry, f.attempt, "result-of-" + f.id, "exited-" + f.id, f.id, "exit", "0", "",
+      if (!f.staged.empty()) {
+        std::string stage = p + ":stage:" + f.id + ":" + kConsumer + ":" + f.attempt;
+        Must({"SET", stage, f.staged, "PX", "60000"});
+        args.insert(args.end(), {f.entry, f.attempt, "", "", f.id, "exit", "0", "", stage, "0"});
+        continue;
+      }
+      args.insert(args.end(), {f.entry, f.attempt, "result-of-" + f.id, "exited-" + f.id, f.id, "exit", "0", "", "",
                                std::to_string(f.live.size())});
       args.insert(args.end(), f.live.begin(), f.live.end());
     }
@@ -309,6 +316,55 @@ TEST_F(FinishBatch, PublishesOnlyWhereSomeoneListens) {
   EXPECT_NE(text.find("cmdstat_publish:calls=5,"), std::string::npos) << text;
 }
 
+
+// A staged result (a large one, SET apart by the daemon) is moved into place for an "ok" verdict
+// and only then; its stage key goes either way; the script publishes no exited event for it (the
+// daemon does once it hears "ok"), and a completion record names its size instead of carrying it.
+TEST_F(FinishBatch, StagedResultsAreMovedIntoPlaceOnlyWhenStored) {
+  const std::string p = "st";
+  std::string big(70000, 'r');
+  std::vector<FinishArgs> batch;
+  batch.push_back({"g", QueueAndClaim(p, ":q", "g"), ":q", "1", {}, big});
+  Must({"HSET", p + ":job:g", "notify", "nb!"});  // this one's stream wants results carried
+  std::string h = QueueAndClaim(p, ":q", "h");
+  Must({"HSET", p + ":job:h", "consumer", "d2", "attempt", "2"});  // a peer took it over
+  batch.push_back({"h", h, ":q", "1", {}, big});
+  std::string i = QueueAndClaim(p, ":q", "i");
+  Must({"HSET", p + ":job:i", "entry", "1-1"});  // the id belongs to another entry
+  batch.push_back({"i", i, ":q", "1", {}, big});
+  batch.push_back({"j", QueueAndClaim(p, ":q", "j"), ":q"});  // not staged, in the same call
+  auto listener = MustConnect(server_.UnixUrl());
+  ASSERT_NE(listener, nullptr);
+  ASSERT_TRUE(listener->Append({"PSUBSCRIBE", p + ":out:*"}).ok());
+  ASSERT_TRUE(listener->ReadReply(5000).ok());
+  auto r = Finish(p, batch);
+  ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY);
+  EXPECT_EQ(Strings(r.get()), (std::vector<std::string>{"ok", "fenced", "dup", "ok"}));
+  EXPECT_EQ(Str(Must({"GET", p + ":result:g"}).get()), big);
+  EXPECT_GT(Must({"TTL", p + ":result:g"})->integer, 0);
+  EXPECT_EQ(Must({"EXISTS", p + ":result:h"})->integer, 0) << "a fenced result is not written";
+  EXPECT_EQ(Must({"EXISTS", p + ":result:i"})->integer, 0);
+  EXPECT_EQ(Strings(Must({"KEYS", p + ":stage:*"}).get()), std::vector<std::string>{});
+  EXPECT_EQ(Str(Must({"GET", p + ":result:j"}).get()), "result-of-j");
+  // The only event the script published is j's.
+  auto m = listener->ReadReply(5000);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(Str((*m)->element[3]), "exited-j");
+  // g's record (its stream wants results) gives the size; j's carries its result.
+  auto records = Must({"XRANGE", p + ":notify:nb", "-", "+"});
+  std::map<std::string, std::map<std::string, std::string>> by_id;
+  for (size_t k = 0; k < records->elements; ++k) {
+    auto fields = Strings(records->element[k]->element[1]);
+    std::map<std::string, std::string> f;
+    for (size_t x = 0; x + 1 < fields.size(); x += 2) f[fields[x]] = fields[x + 1];
+    by_id[f["id"]] = f;
+  }
+  ASSERT_EQ(by_id.count("g"), 1u);
+  EXPECT_EQ(by_id["g"]["result_bytes"], "70000");
+  EXPECT_EQ(by_id["g"].count("result"), 0u);
+  EXPECT_EQ(by_id["g"]["outcome"], "exit");
+  EXPECT_EQ(by_id.count("j"), 1u);
+}
 
 // A finished entry leaves the queue's stream in every shape of batch: a batch of 4 or more trims
 // the stream up to its oldest pending entry (or past the last one delivered) and deletes the rest
