@@ -369,7 +369,9 @@ std::string EncodeOpResult(const OpResult& r) {
   return std::string(buf.data(), buf.size());
 }
 
-std::string EncodeOpExitedEvent(const OpResult& r) {
+EncodedOpAnswer EncodeOpAnswer(const OpResult& r) {
+  EncodedOpAnswer out;
+  out.result = EncodeOpResult(r);
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
   pk.pack_map(4);
@@ -379,9 +381,15 @@ std::string EncodeOpExitedEvent(const OpResult& r) {
   PackStr(pk, "exited");
   PackStr(pk, "seq");
   pk.pack_uint64(0);
-  PackStr(pk, "result");
-  PackOpResult(pk, buf, r);
-  return std::string(buf.data(), buf.size());
+  if (out.result.size() > kOpEventMaxResultBytes) {
+    PackStr(pk, "result_bytes");
+    pk.pack_uint64(out.result.size());
+  } else {
+    PackStr(pk, "result");
+    PackOpResult(pk, buf, r);
+  }
+  out.event.assign(buf.data(), buf.size());
+  return out;
 }
 
 std::optional<OpResult> DecodeOpResult(std::string_view bytes) {

@@ -86,7 +86,14 @@ struct OpResult {
   std::string value;
 };
 std::string EncodeOpResult(const OpResult& r);
-std::string EncodeOpExitedEvent(const OpResult& r);
+// An operation's stored result and its `exited` event (section 16). The event carries the result
+// unless the stored result is larger than kOpEventMaxResultBytes; then it names its size
+// (`result_bytes`) and the client reads the result key, so the bytes cross Redis once.
+inline constexpr size_t kOpEventMaxResultBytes = 64 << 10;
+struct EncodedOpAnswer {
+  std::string result, event;
+};
+EncodedOpAnswer EncodeOpAnswer(const OpResult& r);
 std::optional<OpResult> DecodeOpResult(std::string_view bytes);
 
 // The session info (PROTOCOL.md section 15, the value of `create`, `info` and `stop`). Figures

@@ -88,7 +88,8 @@ void LostHosts::AnswerLostHost(const std::string& consumer) {
                         ok.op = "destroy";
                         ok.session = req->session;
                         ok.value = "\x80";
-                        ledger_->Answer(req->id, stream, entry, EncodeOpResult(ok), EncodeOpExitedEvent(ok));
+                        EncodedOpAnswer bytes = EncodeOpAnswer(ok);
+                        ledger_->Answer(req->id, stream, entry, bytes.result, bytes.event);
                         continue;
                       }
                       answers_->Entry(stream, entry, fields, ErrorCode::kSessionLost, message);
@@ -117,9 +118,10 @@ void LostHosts::ExpireCreates() {
       res.session = req ? req->session : "";
       res.error = JobError{ErrorCode::kHostFull, "no daemon had room for a new session within " +
                                                      std::to_string(wait_ms) + " ms"};
+      EncodedOpAnswer bytes = EncodeOpAnswer(res);
       cmd_->Eval(kSessionExpireScript, {"3", intake, keys_.Result(res.id), keys_.Out(res.id), entry,
-                                        std::string(Keys::kGroup), EncodeOpResult(res),
-                                        std::to_string(config_.result_ttl_s), EncodeOpExitedEvent(res)},
+                                        std::string(Keys::kGroup), std::move(bytes.result),
+                                        std::to_string(config_.result_ttl_s), std::move(bytes.event)},
                  [](redisReply*) {});
     }
   });

@@ -24,7 +24,9 @@ void OpAnswers::Op(const SessionOpEntry& op, OpAnswer answer) {
   }
   metrics_->SessionOp(res.op, res.error ? ErrorCodeName(res.error->code) : "ok",
                       static_cast<double>(MonotonicUs() - op.received_us) / 1e6);
-  ledger_->FinishEncoded(res.id, op.attempt, EncodeOpResult(res), EncodeOpExitedEvent(res), op.stream, op.entry);
+  EncodedOpAnswer answer_bytes = EncodeOpAnswer(res);
+  ledger_->FinishEncoded(res.id, op.attempt, std::move(answer_bytes.result), std::move(answer_bytes.event), op.stream,
+                         op.entry);
 }
 
 void OpAnswers::Command(const SessionOpEntry& op, JobResult&& r, uint64_t seq) {
@@ -74,8 +76,9 @@ void OpAnswers::Entry(const std::string& stream, const std::string& entry,
     r.op = op_name;
     r.session = ValidJobId(sid) ? sid : "";
     r.error = JobError{code, message};
-    result = EncodeOpResult(r);
-    event = EncodeOpExitedEvent(r);
+    EncodedOpAnswer bytes = EncodeOpAnswer(r);
+    result = std::move(bytes.result);
+    event = std::move(bytes.event);
   } else {
     JobResult r = ErrorResult(id, 0, JobError{code, message});  // never claimed: attempt 0
     r.worker = config_.consumer;

@@ -48,7 +48,8 @@ void Sessions::OnIntakeEntry(const std::string& entry, const std::map<std::strin
       res.op = "snapshot_delete";
       if (!s.ok()) res.error = JobError{ErrorCode::kInternal, "snapshot_delete: " + s.message()};
       else res.value = "\x80";
-      ledger_->Answer(id, intake_, entry, EncodeOpResult(res), EncodeOpExitedEvent(res));
+      EncodedOpAnswer bytes = EncodeOpAnswer(res);
+      ledger_->Answer(id, intake_, entry, bytes.result, bytes.event);
     });
     return;
   }

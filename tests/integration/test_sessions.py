@@ -199,6 +199,26 @@ def test_file_operations_are_the_sessions_own_and_report_errors(daemons, client,
         s.remove("/work/d")
     assert e.value.code in ("is_a_directory", "not_empty")
     assert s.remove("/work/d", recursive=True) == 3
+    # A result over 64 KiB is stored apart and its exited event names its size instead of carrying
+    # it (PROTOCOL.md section 16); the client reads it from the result key, and no stage key stays.
+    big = os.urandom(300 << 10)
+    s.write_file("/work/big.bin", big)
+    events = client.redis.pubsub()
+    events.psubscribe("sandpool:out:*")
+    assert events.get_message(timeout=5)["type"] == "psubscribe"
+    assert s.read_file("/work/big.bin") == big
+    exited = None
+    while exited is None:
+        m = events.get_message(timeout=5)
+        assert m is not None, "no exited event"
+        ev = msgpack.unpackb(m["data"], raw=False) if m["type"] == "pmessage" else {}
+        exited = ev if ev.get("type") == "exited" else None
+    events.close()
+    op_id = m["channel"].decode().rsplit(":", 1)[1]
+    assert "result" not in exited and exited["result_bytes"] == client.redis.strlen(f"sandpool:result:{op_id}")
+    assert exited["result_bytes"] > len(big)
+    assert client.redis.keys("sandpool:stage:*") == []
+    s.remove("/work/big.bin")
     with pytest.raises(SessionError) as e:
         s.read_file("/work/d/e/f.txt")
     assert e.value.code == "not_found"

@@ -445,4 +445,6 @@ def _wait_result(keys: Any, poll_interval: float, sub: Any, op_id: str, deadline
                 break
             if isinstance(ev, dict) and ev.get("type") == "exited" and isinstance(ev.get("result"), dict):
                 return OpResult.from_map(ev["result"])
+            # Any other message, such as an exited event that names a large result instead of
+            # carrying it (section 16): the result key is read at once.
             break

@@ -26,6 +26,7 @@ import {
   type Job,
   type JobEvent,
   type Result,
+  type RESULT_STORED,
 } from "./protocol.js";
 import { ProcessHub } from "./process.js";
 import { checkSessionId, Session, type FollowOptions, type OperationEventStream, type SessionBackend } from "./session.js";
@@ -567,7 +568,7 @@ export class Client {
   private async awaitResult<T>(
     id: string,
     submit: () => Promise<void>,
-    decodeEvent: (data: Buffer) => T | null,
+    decodeEvent: (data: Buffer) => T | typeof RESULT_STORED | null,
     decodeStored: (raw: Buffer) => T,
     options: FollowOptions,
   ): Promise<T> {
@@ -587,7 +588,13 @@ export class Client {
       this.followers.delete(waiter);
       sub.remove(channel, waiter);
     };
-    const waiter: ResultWaiter<T> = new ResultWaiter<T>(id, decodeEvent, decodeStored, cleanup);
+    const fetchStored = (): void => {
+      this.conns
+        .call(`GET result of ${id}`, (r) => r.getBuffer(this.keys.result(id)))
+        .then((raw) => raw !== null && waiter.onStoredRaw(raw))
+        .catch((e: unknown) => waiter.fail(e));
+    };
+    const waiter: ResultWaiter<T> = new ResultWaiter<T>(id, decodeEvent, decodeStored, cleanup, fetchStored);
     if (waitTimeoutMs !== undefined) {
       timer = setTimeout(() => waiter.fail(new WaitTimeoutError(id, Date.now() - started)), waitTimeoutMs);
       timer.unref();

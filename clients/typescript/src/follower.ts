@@ -20,6 +20,7 @@ import {
   type JobEvent,
   OutputEvent,
   type Result,
+  RESULT_STORED,
   StartedEvent,
   UnknownEvent,
 } from "./protocol.js";
@@ -239,15 +240,18 @@ export class ResultWaiter<T> implements ChannelListener, Pollable {
   private reject: (e: unknown) => void = () => undefined;
 
   /**
-   * @param decodeEvent  a pub/sub message: the result if it is the `exited` event, `null` for an
-   *                     event to ignore; throws if it cannot be decoded (counted as a loss)
+   * @param decodeEvent  a pub/sub message: the result if it is the `exited` event,
+   *                     {@link RESULT_STORED} if that event says to read the result key, `null`
+   *                     for an event to ignore; throws if it cannot be decoded (counted as a loss)
    * @param decodeStored the value of the result key
+   * @param fetchStored  reads the result key now and hands it to {@link ResultWaiter.onStoredRaw}
    */
   constructor(
     jobId: string,
-    private readonly decodeEvent: (data: Buffer) => T | null,
+    private readonly decodeEvent: (data: Buffer) => T | typeof RESULT_STORED | null,
     private readonly decodeStored: (raw: Buffer) => T,
     private readonly onDone: () => void,
+    private readonly fetchStored: () => void = () => undefined,
   ) {
     this.jobId = jobId;
     this.promise = new Promise<T>((resolve, reject) => {
@@ -260,14 +264,19 @@ export class ResultWaiter<T> implements ChannelListener, Pollable {
   onMessage(data: Buffer): void {
     if (this.done) return;
     this.lastHeard = Date.now();
-    let r: T | null;
+    let r: T | typeof RESULT_STORED | null;
     try {
       r = this.decodeEvent(data);
     } catch {
       this.lost = true;
       return;
     }
-    if (r !== null) this.finish(r);
+    if (r === RESULT_STORED) {
+      // The result is stored (before its event was published): read it at once. Should that
+      // read fail to find it, the poller reads it again (lost).
+      this.lost = true;
+      this.fetchStored();
+    } else if (r !== null) this.finish(r);
   }
 
   onConnectionLost(): void {

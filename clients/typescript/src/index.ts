@@ -147,6 +147,7 @@ export {
   OutputEvent,
   PROTOCOL_VERSION,
   Result,
+  RESULT_STORED,
   RUNTIMES,
   StartedEvent,
   UnknownEvent,

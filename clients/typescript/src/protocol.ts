@@ -374,6 +374,12 @@ export function encodeJob(jobMap: JobMap): Buffer {
 /** @internal */
 export const ODD_KEY = "\u0000non-string-key";
 
+/**
+ * What an event decoder returns for an `exited` event that names its stored result instead of
+ * carrying it (PROTOCOL.md section 16: a result over 64 KiB): read the result key now.
+ */
+export const RESULT_STORED: unique symbol = Symbol("sandpool.resultStored");
+
 // str values come back as raw bytes (rawStrings): bytes fields keep them exactly (a daemon that
 // sends bytes as str, even invalid UTF-8, loses nothing); text fields are decoded here.
 // Limitation of @msgpack/msgpack: a map key "__proto__" makes decoding fail (ProtocolError).

@@ -41,6 +41,7 @@ import {
   typeName,
   type BytesInput,
   type Fields,
+  type RESULT_STORED,
 } from "./protocol.js";
 import { ProcessHub, SessionProcess } from "./process.js";
 import type { ProcessOutputOptions, ProcessSession } from "./process_session.js";
@@ -138,7 +139,7 @@ export interface SessionBackend {
   awaitResult<T>(
     id: string,
     submit: () => Promise<void>,
-    decodeEvent: (data: Buffer) => T | null,
+    decodeEvent: (data: Buffer) => T | typeof RESULT_STORED | null,
     decodeStored: (raw: Buffer) => T,
     options: FollowOptions,
   ): Promise<T>;

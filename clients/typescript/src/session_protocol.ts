@@ -28,6 +28,7 @@ import {
   get,
   isPlainMap,
   ODD_KEY,
+  RESULT_STORED,
   Result,
   typeName,
   utf8,
@@ -322,13 +323,15 @@ export function decodeStoredResult(raw: Uint8Array): OpResult | Result {
 
 /**
  * A message on `sandpool:out:<op id>` of a non-streaming operation: its result if it is the
- * `exited` event (section 16), `null` for any other event type.
+ * `exited` event (section 16), {@link RESULT_STORED} if that event names a result too large to
+ * carry (read the result key), `null` for any other event type.
  */
-export function decodeOpEvent(data: Uint8Array): OpResult | Result | null {
+export function decodeOpEvent(data: Uint8Array): OpResult | Result | typeof RESULT_STORED | null {
   const m = unpackV2Map(data, "event");
   const type = asStr(get(m, "type"), "type");
   if (type === null) throw new ProtocolError("event has no 'type'");
   if (type !== "exited") return null;
+  if (get(m, "result") === undefined && asInt(get(m, "result_bytes"), "result_bytes") !== null) return RESULT_STORED;
   const r = asMap(get(m, "result"), "result");
   if (r === null) throw new ProtocolError("exited event has no result map");
   return decodeAnyResult(r);

@@ -14,6 +14,7 @@ import {
   ConflictError,
   decodeAnyResult,
   decodeOpEvent,
+  RESULT_STORED,
   decodeProcessEvent,
   decodeSessionRecord,
   decodeStoredResult,
@@ -183,6 +184,8 @@ describe("events", () => {
     const ev = pack({ v: 2, type: "exited", seq: 0, result: { v: 2, id: "o", op: "stat", session: "s", ok: true, value: {} } });
     const r = decodeOpEvent(ev);
     assert.ok(r instanceof OpResult && r.ok);
+    // A result over 64 KiB is named, not carried: the caller reads the result key.
+    assert.equal(decodeOpEvent(pack({ v: 2, type: "exited", seq: 0, result_bytes: 1 << 20 })), RESULT_STORED);
   });
 
   test("other event types are not results; undecodable ones throw", () => {
