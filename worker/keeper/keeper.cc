@@ -78,18 +78,22 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup, UniqueFd* loop_contr
 
 class Keeper {
  public:
-  // `nursery_seccomp`: the mothers' filters, when the template has a nursery (python with
-  // `nursery_lib`, or a shell nursery).
+  // `nursery_seccomp`: the mothers' filters, given exactly when the slot's sandboxes come from a
+  // mother (KeeperMain decides: python with `nursery_lib`, or a shell nursery).
   Keeper(const KeeperArgs& a, Channel channel, SlotCgroup cgroup, SeccompProgram seccomp, UniqueFd nursery_lib,
-         NurserySeccomp nursery_seccomp)
+         std::optional<NurserySeccomp> nursery_seccomp)
       : a_(a), ch_(std::move(channel)), cgroup_(std::move(cgroup)), seccomp_(std::move(seccomp)),
-        nursery_seccomp_(std::move(nursery_seccomp)), nursery_lib_(std::move(nursery_lib)) {
+        nursery_lib_(std::move(nursery_lib)) {
     runtime_ = TemplateRuntime(a.config.runtime);
     if (runtime_ != nullptr) stub_command_ = ZygoteCommand(*runtime_);
     if (nursery_lib_) stub_command_ = NurseryMotherCommand();
-    shell_nursery_ = !nursery_lib_ && ShellNurseryApplies(a.config);
-    // Each mother's sandboxes load the job's filter over hers (seccomp_policy.h).
-    if (nursery_lib_ || shell_nursery_) nursery_config_ = EncodeNurseryConfig(a.config, nursery_seccomp_.job);
+    nursery_ = nursery_seccomp.has_value();
+    shell_nursery_ = nursery_ && !nursery_lib_;
+    if (nursery_) {
+      nursery_seccomp_ = std::move(*nursery_seccomp);
+      // Each mother's sandboxes load the job's filter over hers (seccomp_policy.h).
+      nursery_config_ = EncodeNurseryConfig(a.config, nursery_seccomp_.job);
+    }
   }
 
   [[noreturn]] void Run() {
@@ -126,7 +130,7 @@ class Keeper {
                                                      : cgroup_.NewSandbox("sb-" + std::to_string(gen_));
     spare_cgroup_ = SandboxCgroup();
     if (!cg.ok()) return cg.status().Prefixed("sandbox cgroup");
-    if (!nursery_lib_ && !shell_nursery_) {
+    if (!nursery_) {
       return PrepareSandbox(a_.config, a_.slot, std::move(cg.value()), &seccomp_, stub_command_);
     }
     if (!MotherAlive()) {
@@ -468,6 +472,7 @@ class Keeper {
   SeccompProgram seccomp_;
   NurserySeccomp nursery_seccomp_;
   UniqueFd nursery_lib_;        // set: python sandboxes come from the slot's nursery mother
+  bool nursery_ = false;  // the slot's sandboxes come from its mother (nursery.h)
   bool shell_nursery_ = false;  // shell sandboxes come from the slot's shell mother (nursery_mother.h)
   std::string nursery_config_;  // what the mother is told at its start
   Sandbox mother_;              // the nursery mother's sandbox (its stub socket is the mother's)
@@ -506,7 +511,8 @@ void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
     ::_exit(1);
   }
   if (args.session) SessionKeeperMain(args.config, args.slot, std::move(ch), std::move(cgroup), std::move(seccomp.value()), std::move(loop_control));
-  NurserySeccomp nursery_seccomp;
+  // Decided here, once: the slot's sandboxes come from a mother (nursery.h), or each is made alone.
+  std::optional<NurserySeccomp> nursery_seccomp;
   if (nursery_lib || ShellNurseryApplies(args.config)) {
     auto n = BuildNurserySeccomp();
     if (!n.ok()) {
