@@ -80,6 +80,15 @@ if st and lt and st.get("per_s") and lt.get("per_s"):
     L.append(f"| execs/s (8 in flight) >= 2 x LocalSandbox (no isolation) | {st['per_s']:.0f} / {lt['per_s']:.0f} = {x:.2f}x | {'yes' if x >= 2 else '**NO**'} |")
 if res:
     L.append(f"| resume p50 < 25 ms (100 MiB of files) | {res['p50_ms']:.2f} ms | {'yes' if res['p50_ms'] < 25 else '**NO**'} |")
+for size in (1, 16):
+    f = session_row(f"write_file + read_file, {size} MiB")
+    one = session_row(f"redis SET + GET, {size} MiB, one key")
+    kept = session_row(f"redis SET + GET, {size} MiB, a new key kept")
+    if f and one and kept:
+        x, y = f["p50_ms"] / one["p50_ms"], f["p50_ms"] / kept["p50_ms"]
+        L.append(f"| file write + read back, {size} MiB, <= 2 x Redis SET + GET of the same bytes (issue 18) | "
+                 f"{f['p50_ms']:.2f} ms: {x:.1f}x SET + GET under one key ({one['p50_ms']:.2f} ms), {y:.1f}x under a new key kept "
+                 f"({kept['p50_ms']:.2f} ms), as a stored result is | {'yes' if x <= 2 else '**NO**'} (one key); {'yes' if y <= 2 else '**NO**'} (new key) |")
 py = "executeCommand('/usr/bin/python3', ['-c', 'print(1)'])"
 L += ["", "| what | p50 | p90 | p99 |", "|---|---|---|---|"]
 for system, variant, label in [("mastra-localsandbox", "none", "LocalSandbox, no isolation"), ("mastra-localsandbox", "bwrap", "LocalSandbox, bwrap"),
