@@ -20,6 +20,12 @@ void SettleClaim(JobLedger* ledger, JobLedger::Verdict v, const std::string& str
     case JobLedger::Verdict::kUnknown:
       ledger->Drop(stream, entry);
       return;
+    case JobLedger::Verdict::kFailed:
+      ledger->Drop(stream, entry);
+      answer(JobError{ErrorCode::kInternal, "Redis refused to claim this entry " +
+                                                std::to_string(JobLedger::kMaxClaimErrors) +
+                                                " times in a row (the daemon's log has its error): it did not run"});
+      return;
     case JobLedger::Verdict::kRun:
       break;
   }

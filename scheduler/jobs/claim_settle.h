@@ -7,6 +7,8 @@
 //   kDrop       acked and deleted, nothing stored (a duplicate, or an id that has its result)
 //   kUnknown    left pending: whether the claim happened is unknown (the reply was lost); the
 //               own-pending scan after reconnecting claims it again, as the same attempt
+//   kFailed     answered: `internal` (Redis refused its claim JobLedger::kMaxClaimErrors times
+//               in a row; it never ran), stored by the REJECT script (job_ledger.h)
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,7 @@
 
 namespace sandpool {
 
-// REQUIRES: v != kRun. `answer` gets the error to answer with, for kCancelled and kLost, and
+// REQUIRES: v != kRun. `answer` gets the error to answer with, for kCancelled, kLost and kFailed, and
 // stores the result in the form the entry needs; `lost_message` says what was lost.
 void SettleClaim(JobLedger* ledger, JobLedger::Verdict v, const std::string& stream, const std::string& entry,
                  std::string_view lost_message, const std::function<void(JobError)>& answer);

@@ -92,13 +92,24 @@ void JobLedger::SendClaims(std::vector<PendingClaim> batch) {
     for (size_t i = 0; i < shared->size(); ++i) {
       PendingClaim& c = (*shared)[i];
       std::string verdict = whole ? ReplyString(r->element[2 * i]) : "";
+      Entry e{c.stream, c.entry};
       if (verdict.empty() || verdict == "error") {
-        if (verdict == "error") LogWarn("claim failed", {{"job", c.job_id}, {"error", ReplyString(r->element[2 * i + 1])}});
-        // Whether it happened is unknown: claimed again as the same attempt.
-        unsure_claims_.emplace(Entry{c.stream, c.entry}, 0);
+        // Whether it happened is unknown: claimed again as the same attempt (and scanned for
+        // again, also after a kFailed, in case storing its answer fails too).
+        unsure_claims_.emplace(e, 0);
+        if (verdict == "error") {
+          LogWarn("claim failed", {{"job", c.job_id}, {"error", ReplyString(r->element[2 * i + 1])}});
+          if (++claim_errors_[e] >= kMaxClaimErrors) {
+            claim_errors_.erase(e);
+            failed_claims_[e] = c.notify;
+            c.done(Verdict::kFailed, 0);
+            continue;
+          }
+        }
         c.done(Verdict::kUnknown, 0);
         continue;
       }
+      claim_errors_.erase(e);
       auto attempt = static_cast<uint32_t>(std::strtoul(ReplyString(r->element[2 * i + 1]).c_str(), nullptr, 10));
       if (verdict == "run") c.done(Verdict::kRun, attempt);
       else if (verdict == "cancelled") c.done(Verdict::kCancelled, attempt);
@@ -139,6 +150,13 @@ void JobLedger::FinishEncoded(const std::string& id, uint32_t attempt, std::stri
 }
 
 void JobLedger::SendFinish(PendingFinish f) {
+  if (auto failed = failed_claims_.find({f.stream, f.entry}); failed != failed_claims_.end()) {
+    // Its claim was given up (kFailed): the job hash FINISH reads is what Redis refused.
+    std::string notify = std::move(failed->second);
+    failed_claims_.erase(failed);
+    Answer(f.job_id, f.stream, f.entry, f.result, f.event, notify, f.summary);
+    return;
+  }
   finishes_.push_back(std::move(f));
   ScheduleFlush();
 }
@@ -341,7 +359,12 @@ bool JobLedger::TakeRescan(const std::string& stream) {
   for (auto it = unsure_claims_.begin(); it != unsure_claims_.end();) {
     if (it->first.first == stream && ++it->second <= kMaxRescans) wanted = true;
     // Not found by that many scans: not pending here any more (another daemon took it over).
-    it = it->second > kMaxRescans ? unsure_claims_.erase(it) : std::next(it);
+    if (it->second > kMaxRescans) {
+      claim_errors_.erase(it->first);
+      it = unsure_claims_.erase(it);
+    } else {
+      ++it;
+    }
   }
   return wanted;
 }

@@ -46,7 +46,8 @@ struct NotifySummary {
 
 class JobLedger {
  public:
-  enum class Verdict { kRun, kCancelled, kLost, kDrop, kUnknown };
+  // kFailed: Redis refused this entry's claim kMaxClaimErrors times in a row (claim_settle.h).
+  enum class Verdict { kRun, kCancelled, kLost, kDrop, kUnknown, kFailed };
 
   JobLedger(struct event_base* base, RedisAsync* cmd, const Keys& keys, const DaemonConfig& config, Metrics* metrics);
   ~JobLedger();
@@ -123,6 +124,12 @@ class JobLedger {
   // kMaxRescans scans (one per heartbeat); after that only a reconnect scans again.
   static constexpr int kMaxRescans = 30;
   bool TakeRescan(const std::string& stream);
+  // A claim that Redis refuses this many times in a row (an error of the script, not a lost
+  // reply: the job's hash holds something else, say) is given up: its verdict is kFailed, and
+  // the result its caller then stores goes by the REJECT script, which reads no job hash. So an
+  // entry whose state in Redis cannot be read ends with an error result instead of staying
+  // pending for ever; it never ran.
+  static constexpr int kMaxClaimErrors = 5;
   // Renews the leases of every held entry; `lost` gets the entries another daemon took over.
   void RefreshLeases(std::function<void(const std::string& stream, const std::string& entry)> lost);
   // Results waiting for Redis go out (on reconnect and every heartbeat).
@@ -173,6 +180,8 @@ class JobLedger {
   using Entry = std::pair<std::string, std::string>;  // stream, entry id
   std::map<Entry, std::string> held_;  // -> its notify target
   std::map<Entry, int> unsure_claims_;  // claims whose outcome is unknown -> rescans asked for
+  std::map<Entry, int> claim_errors_;   // -> refusals in a row (kMaxClaimErrors)
+  std::map<Entry, std::string> failed_claims_;  // given up (kFailed) -> notify target; answered by REJECT
   std::deque<PendingFinish> pending_;
 };
 

@@ -175,9 +175,10 @@ def test_a_claim_that_failed_in_redis_is_tried_again(redis_server, daemons):
     """A claim whose outcome is unknown (here: the CLAIM script's own error, the job's hash key
     holding a string, as out-of-memory or a busy script would fail it) leaves the entry pending
     at this daemon and held by nobody. It is scanned for and claimed again at the following
-    heartbeats, not only at the next reconnect: once the key is mended, the job runs."""
+    heartbeats, not only at the next reconnect: once the key is mended, the job runs. (Mended
+    after the first refusal, well before the fifth, which would end it: the test below.)"""
     r = redis_server.client()
-    d = daemons(workers=1, extra=["--heartbeat-ms", "200", "--lease-ms", "1000", "--max-workers", "1",
+    d = daemons(workers=1, extra=["--heartbeat-ms", "1000", "--lease-ms", "5000", "--max-workers", "1",
                                   "--python-workers", "0", "--node-workers", "0"])
     jid = new_id("broken")
     r.set(f"sandpool:job:{jid}", "not a hash")
@@ -189,3 +190,21 @@ def test_a_claim_that_failed_in_redis_is_tried_again(redis_server, daemons):
     res = wait_results(r, [jid], timeout=20)[jid]
     assert res["outcome"] == "exit" and res["stdout"] == b"ran\n", res
     wait_for(lambda: r.xpending("sandpool:q:default", "workers")["pending"] == 0, 10, "the entry to be acked")
+
+
+def test_a_claim_refused_again_and_again_ends_with_an_error_result(redis_server, daemons):
+    """A claim Redis refuses at every try (the job's hash key holds a string: its state cannot be
+    read) is given up after five refusals in a row: the job never runs and ends with an
+    `internal` error result, stored without the hash, and its entry leaves the queue."""
+    r = redis_server.client()
+    daemons(workers=1, extra=["--heartbeat-ms", "200", "--lease-ms", "1000", "--max-workers", "1",
+                              "--python-workers", "0", "--node-workers", "0"])
+    jid = new_id("unreadable")
+    r.set(f"sandpool:job:{jid}", "not a hash")
+    submit(r, job_map(jid, shell="echo ran"))
+    res = wait_results(r, [jid], timeout=30)[jid]
+    assert res["outcome"] == "error" and res["error"]["code"] == "internal", res
+    assert "5 times in a row" in res["error"]["message"] and res["stdout"] == b""
+    wait_for(lambda: r.xlen("sandpool:q:default") == 0, 10, "the entry to leave the queue")
+    assert r.xpending("sandpool:q:default", "workers")["pending"] == 0
+    assert r.get(f"sandpool:job:{jid}") == b"not a hash"

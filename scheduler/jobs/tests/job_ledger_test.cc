@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "scheduler/jobs/claim_settle.h"
 #include "scheduler/redis/scripts.h"
 #include "scheduler/redis/tests/loop_redis_test.h"
 
@@ -131,6 +132,60 @@ TEST_F(JobLedgerTest, ResultsSentWhileRedisIsAwayWaitAndAreStoredWhenItAnswers) 
   EXPECT_EQ(ledger_->pending_results(), 0u);
   EXPECT_EQ(Must({"EXISTS", "sandpool:result:k1", "sandpool:result:k2"})->integer, 2);
   EXPECT_EQ(Must({"XLEN", stream_})->integer, 0);
+}
+
+// A claim Redis refuses again and again (the job's hash key holds a string: its state cannot be
+// read) is given up after kMaxClaimErrors refusals in a row: kFailed, and the error result its
+// caller stores goes by REJECT (FINISH would read the same hash), so the entry ends: its result
+// is stored, its exited event published, and it leaves the stream. A refusal between successes
+// does not count toward the limit.
+TEST_F(JobLedgerTest, AClaimRefusedAgainAndAgainEndsWithAnErrorResult) {
+  std::string entry = Queue("f1");
+  Must({"SET", "sandpool:job:f1", "not a hash"});
+  std::vector<JobLedger::Verdict> verdicts;
+  for (int i = 0; i < JobLedger::kMaxClaimErrors; ++i) {
+    size_t before = verdicts.size();
+    ASSERT_TRUE(ledger_->Claim("f1", stream_, entry, 3, [&](JobLedger::Verdict v, uint32_t) { verdicts.push_back(v); }));
+    ASSERT_TRUE(RunUntil([&] { return verdicts.size() > before; }));
+  }
+  std::vector<JobLedger::Verdict> want(JobLedger::kMaxClaimErrors - 1, JobLedger::Verdict::kUnknown);
+  want.push_back(JobLedger::Verdict::kFailed);
+  EXPECT_EQ(verdicts, want);
+  bool answered = false;
+  SettleClaim(ledger_.get(), verdicts.back(), stream_, entry, "", [&](JobError e) {
+    answered = true;
+    EXPECT_EQ(e.code, ErrorCode::kInternal);
+    ledger_->Finish(ErrorResult("f1", 0, std::move(e)), stream_, entry, 0, "t");
+  });
+  EXPECT_TRUE(answered);
+  ASSERT_TRUE(RunUntil([&] { return Must({"EXISTS", "sandpool:result:f1"})->integer == 1; }));
+  auto stored = DecodeResult(ReplyStr(Must({"GET", "sandpool:result:f1"}).get()));
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->outcome, Outcome::kError);
+  ASSERT_TRUE(stored->error.has_value());
+  EXPECT_EQ(stored->error->code, ErrorCode::kInternal);
+  ASSERT_TRUE(RunUntil([&] { return Must({"XLEN", stream_})->integer == 0; })) << "the entry left the stream";
+  EXPECT_EQ(ReplyStr(Must({"GET", "sandpool:job:f1"}).get()), "not a hash") << "REJECT reads and writes no job hash";
+
+  // Refusals with a claim that went through between them start the count again.
+  std::string other = Queue("f2");
+  auto claim = [&](const std::string& id, const std::string& e) {
+    JobLedger::Verdict got = JobLedger::Verdict::kRun;
+    bool done = false;
+    EXPECT_TRUE(ledger_->Claim(id, stream_, e, 3, [&](JobLedger::Verdict v, uint32_t) {
+      got = v;
+      done = true;
+    }));
+    EXPECT_TRUE(RunUntil([&] { return done; }));
+    return got;
+  };
+  Must({"SET", "sandpool:job:f2", "not a hash"});
+  for (int i = 0; i < JobLedger::kMaxClaimErrors - 1; ++i) EXPECT_EQ(claim("f2", other), JobLedger::Verdict::kUnknown);
+  Must({"DEL", "sandpool:job:f2"});
+  EXPECT_EQ(claim("f2", other), JobLedger::Verdict::kRun);
+  Must({"DEL", "sandpool:job:f2"});
+  Must({"SET", "sandpool:job:f2", "not a hash"});
+  EXPECT_EQ(claim("f2", other), JobLedger::Verdict::kUnknown) << "the count started again";
 }
 
 // A claim that fails in Redis (here the script's own error: the job's hash key holds a string)
