@@ -3,13 +3,13 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <fcntl.h>
 
 #include <cstdio>
 
+#include "common/heap.h"
 #include "common/log.h"
 #include "scheduler/config/config.h"
 #include "scheduler/daemon/daemon.h"
@@ -121,15 +121,9 @@ int main(int argc, char** argv) {
     LogError("cannot start the spawner", {{"error", spawner.status().message()}});
     return 1;
   }
-  // Large buffers (session files, job output, results) are made and dropped per operation. By
-  // default glibc gives each one over 128 KiB pages of its own (mmap) and returns them at free,
-  // so every copy of a 1 MiB file touches 256 fresh pages; where a page fault costs ~10 us (these
-  // virtual machines) that was most of a session file transfer (1 MiB written and read back:
-  // ~30 ms, against ~1.5 ms for Redis SET + GET of the same bytes). Buffers up to 32 MiB now come
-  // from the heap, and freed heap is kept up to 256 MiB. Only this process: the spawner, keepers
-  // and sandboxes (whose memory is a sandbox's budget) keep glibc's defaults.
-  (void)::mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  (void)::mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // Large buffers (session files, job output, results) are made and dropped per operation: kept
+  // in the heap (common/heap.h). After the spawner is forked, which keeps glibc's defaults.
+  KeepLargeBuffersInHeap();
   for (size_t k = 0; k < builds.size(); ++k) {
     const Build& b = builds[k];
     const TemplateConfig& t = config.templates[b.tmpl];

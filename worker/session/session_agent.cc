@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/heap.h"
 #include "common/job_env.h"
 #include "common/runtimes.h"
 #include "worker/ipc/channel.h"
@@ -538,7 +539,7 @@ class Agent {
   const SeccompProgram* seccomp_;
   Channel ch_{UniqueFd(kSock)};
   UniqueFd sigfd_;
-  // Messages came since the heap was last trimmed (SessionAgentMain's mallopt: their buffers stay
+  // Messages came since the heap was last trimmed (KeepLargeBuffersInHeap: their buffers stay
   // in the heap until the agent has been idle this long).
   static constexpr int kTrimAfterIdleMs = 1000;
   bool heap_held_ = false;
@@ -561,15 +562,11 @@ void SessionAgentMain(const SandboxConfig& config, const SeccompProgram* seccomp
   for (int fd = 0; fd < 3; ++fd) ::dup2(devnull, fd);
   for (int fd = 6; fd <= 8; ++fd) ::close(fd);
   ::close(devnull);
-  // A file operation copies its bytes a few times (frame, request, reply). With glibc's defaults
-  // each copy over 128 KiB is a fresh mmap, faulted in page by page and unmapped at free: where a
-  // page fault costs ~20 us (the bench machines' VMs), that was most of a file transfer (1 MiB
-  // written: 15 ms, against 4 ms with these settings; bench/analysis.md). Buffers up to the
-  // largest transfer now come from the heap and are reused while operations follow each other;
-  // the session's cgroup is charged for that memory, so the loop gives it back once the agent
-  // has been idle for kTrimAfterIdleMs (Agent::Run).
-  (void)::mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  (void)::mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // A file operation copies its bytes a few times (frame, request, reply): kept in the heap
+  // (common/heap.h) while operations follow each other. The session's cgroup is charged for that
+  // memory, so the loop gives it back once the agent has been idle for kTrimAfterIdleMs
+  // (Agent::Run).
+  KeepLargeBuffersInHeap();
   static Agent agent(config, seccomp);
   agent.Run();
 }
