@@ -222,13 +222,11 @@ local function finish(k, a, live)
     if stage ~= '' then redis.call('DEL', stage) end
     return h[3] and h[3] ~= entry and 'dup' or 'fenced'
   end
-  local size = nil
   if stage ~= '' then
     -- A large result, SET by the daemon at the stage key just before this call: moved into
     -- place, never made a Lua string (Redis's Lua hashes every byte of every string it makes).
     redis.call('RENAME', stage, res)
     redis.call('EXPIRE', res, ttl)
-    size = redis.call('STRLEN', res)
     result = nil
   else
     redis.call('SET', res, result, 'EX', ttl)
@@ -244,7 +242,11 @@ local function finish(k, a, live)
   local known = {outcome = ARGV[a + 5], exit_code = tonumber(ARGV[a + 6]), error = ARGV[a + 7] ~= '' and ARGV[a + 7] or nil}
   if known.outcome == '' then known = nil end
   local targets = sp_targets(h[4])
-  if #targets > 0 and not result and not known then result = redis.call('GET', res) end
+  local size = nil
+  if #targets > 0 and not result then
+    -- A staged result, for the records: its size, or its bytes when its summary must be read.
+    if known then size = redis.call('STRLEN', res) else result = redis.call('GET', res) end
+  end
   for _, target in ipairs(targets) do sp_notify(prefix, target, ARGV[a + 4], result, ttl, known, size) end
   if not acks[stream] then acks[stream] = {}; streams[#streams + 1] = stream end
   local ids = acks[stream]
