@@ -4,6 +4,7 @@
 // it never crashes or allocates without bound on any byte string, and reports a precise error.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,6 +20,10 @@ namespace sandpool {
 // policies, 4 completion streams: PROTOCOL.md).
 inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr uint32_t kMaxProtocolVersion = 4;
+// The largest stored result an `exited` event of an operation (section 16) or a completion
+// record (section 21) carries; a larger one is named by its size and read from the result key.
+// (FINISH's Lua in scheduler/redis/scripts.cc writes the same bound as 65536.)
+inline constexpr size_t kMaxCarriedResultBytes = 64 << 10;
 
 // PROTOCOL.md sections 8 (jobs) and 19 (sessions); kErrorCodes in protocol.cc names each.
 enum class ErrorCode {

@@ -381,7 +381,7 @@ EncodedOpAnswer EncodeOpAnswer(const OpResult& r) {
   PackStr(pk, "exited");
   PackStr(pk, "seq");
   pk.pack_uint64(0);
-  if (out.result.size() > kOpEventMaxResultBytes) {
+  if (out.result.size() > kMaxCarriedResultBytes) {
     PackStr(pk, "result_bytes");
     pk.pack_uint64(out.result.size());
   } else {

@@ -87,9 +87,8 @@ struct OpResult {
 };
 std::string EncodeOpResult(const OpResult& r);
 // An operation's stored result and its `exited` event (section 16). The event carries the result
-// unless the stored result is larger than kOpEventMaxResultBytes; then it names its size
+// unless the stored result is larger than kMaxCarriedResultBytes; then it names its size
 // (`result_bytes`) and the client reads the result key, so the bytes cross Redis once.
-inline constexpr size_t kOpEventMaxResultBytes = 64 << 10;
 struct EncodedOpAnswer {
   std::string result, event;
 };

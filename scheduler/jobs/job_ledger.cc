@@ -188,7 +188,7 @@ void JobLedger::SendFinishes(std::vector<PendingFinish> batch) {
   args.insert(args.end(), {config_.consumer, std::to_string(config_.result_ttl_s), std::string(Keys::kGroup),
                            keys_.prefix()});
   for (PendingFinish& f : batch) {
-    if (f.result.size() > kStageBytes) {
+    if (f.staged()) {
       // Staged (scripts.h, FINISH): the bytes go to Redis as plain commands, ahead of the script
       // on this connection, so they never become Lua strings (which Redis hashes byte by byte:
       // about 2 ms per MiB here, twice per result with its exited event).
@@ -229,7 +229,7 @@ void JobLedger::TakeFinishVerdict(PendingFinish& f, const redisReply* reply) {
   std::string verdict = ReplyString(reply);
   // A staged result's exited event: published now that the result is stored (as the script
   // publishes the others), and only then.
-  if (verdict == "ok" && f.result.size() > kStageBytes) PublishNow(f.job_id, std::move(f.event));
+  if (verdict == "ok" && f.staged()) PublishNow(f.job_id, std::move(f.event));
   if (verdict == "ok" || verdict == "dup" || verdict == "fenced") {
     if (verdict == "dup") Ack(f.stream, f.entry);
     if (verdict == "fenced") LogWarn("result discarded: another daemon took the job over", {{"job", f.job_id}});

@@ -62,9 +62,8 @@ class JobLedger {
   static constexpr size_t kMaxBatch = 128;
   static constexpr size_t kMaxBatchBytes = 1 << 20;
   // A result larger than this is staged: SET apart and moved into place by FINISH (scripts.h).
-  // Equal to the completion record's limit on a result it carries, so a staged result is never
-  // carried by one.
-  static constexpr size_t kStageBytes = 64 << 10;
+  // The bound of what a completion record carries, so a staged result is never carried by one.
+  static constexpr size_t kStageBytes = kMaxCarriedResultBytes;
   // How long a staged result waits for its FINISH (which follows it at once on the connection).
   static constexpr int kStageTtlMs = 600000;
 
@@ -148,6 +147,7 @@ class JobLedger {
     std::string job_id, stream, entry, attempt, result, event;
     NotifySummary summary;
     std::vector<std::string> live;  // live events held back for this FINISH to publish first
+    bool staged() const { return result.size() > kStageBytes; }  // its result goes by a stage key
   };
   struct PendingClaim {
     std::string job_id, stream, entry, notify;
