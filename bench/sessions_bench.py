@@ -10,8 +10,6 @@ import json
 import os
 import sys
 import time
-
-import redis
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
@@ -78,7 +76,7 @@ def main():
     # In a session of its own: the disk image keeps the blocks of every rewrite (the filesystem
     # inside does not give them back), and bench-main's is snapshotted below, within
     # --max-snapshot-bytes.
-    r = redis.Redis.from_url(a.redis) if not a.redis.startswith("unix://") else redis.Redis(unix_socket_path=a.redis[7:])
+    r = c.redis  # the client's own connection
     files = c.session("bench-files")
     for size, k in ((1, min(n, 100)), (16, max(3, min(n, 100) // 10))):
         data = os.urandom(size << 20)
@@ -86,7 +84,12 @@ def main():
              timed(k, lambda: (files.write_file("/work/b", data), files.read_file("/work/b")), warmup=3))
         emit(f"redis SET + GET, {size} MiB, one key", timed(k, lambda: (r.set("bench:file", data), r.get("bench:file")), warmup=3))
         seq = iter(range(1 << 30))
-        emit(f"redis SET + GET, {size} MiB, a new key kept", timed(k, lambda: (lambda key: (r.set(key, data, ex=600), r.get(key)))(f"bench:file:{size}:{next(seq)}"), warmup=3))
+
+        def new_key_kept() -> None:
+            key = f"bench:file:{size}:{next(seq)}"
+            r.set(key, data, ex=600)
+            r.get(key)
+        emit(f"redis SET + GET, {size} MiB, a new key kept", timed(k, new_key_kept, warmup=3))
         r.delete(*r.keys(f"bench:file:{size}:*"))
     r.delete("bench:file")
     files.destroy()
