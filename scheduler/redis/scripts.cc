@@ -89,9 +89,10 @@ namespace sandpool {
   "  end\n" \
   "  return out\n" \
   "end\n" \
-  "-- known: {outcome, exit_code, error} when the caller has them (a result it stores now), else nil:\n" \
-  "-- they are read from the stored result. size: the result's length when res is not given (a\n" \
-  "-- staged result that FINISH moved into place without reading it; known is then given).\n" \
+  "-- known: {outcome, exit_code (its decimal string), error} when the caller has them (a result it\n" \
+  "-- stores now), else nil: they are read from the stored result. size: the result's length when\n" \
+  "-- res is not given (a staged result that FINISH moved into place without reading it; known is\n" \
+  "-- then given).\n" \
   "local sp_notified = {}\n" \
   "local function sp_notify(prefix, target, id, res, ttl, known, size)\n" \
   "  if target == '' or not (res or (known and size)) then return end\n" \
@@ -99,7 +100,8 @@ namespace sandpool {
   "  if string.sub(target, -1) == '!' then name = string.sub(target, 1, -2); want = true end\n" \
   "  local r = known or sp_summary(res)\n" \
   "  local f = {'id', id, 'outcome', type(r.outcome) == 'string' and r.outcome or 'error', 'exit_code', ''}\n" \
-  "  if type(r.exit_code) == 'number' then f[6] = string.format('%d', r.exit_code) end\n" \
+  "  if type(r.exit_code) == 'number' then f[6] = string.format('%d', r.exit_code)\n" \
+  "  elseif type(r.exit_code) == 'string' then f[6] = r.exit_code end\n" \
   "  if r.error then f[#f + 1] = 'error'; f[#f + 1] = r.error end\n" \
   "  if want then\n" \
   "    if res and #res <= 65536 then f[#f + 1] = 'result'; f[#f + 1] = res\n" \
@@ -145,10 +147,10 @@ local function claim(job, res, entry, max_attempts, retry_own, target, id)
     local stored = redis.call('GET', res)
     if stored then
       sp_notify(prefix, target, id, stored, ttl)
-      return 'done', 0
+      return 'done', '0'
     end
   elseif redis.call('EXISTS', res) == 1 then
-    return 'done', 0
+    return 'done', '0'
   end
   local h = redis.call('HMGET', job, 'entry', 'attempt', 'cancel', 'state', 'consumer', 'done_ms', 'cancel_ms', 'notify')
   if h[4] == 'done' then
@@ -161,18 +163,22 @@ local function claim(job, res, entry, max_attempts, retry_own, target, id)
   if h[1] and h[1] ~= entry then
     -- The entry that owns the id notifies this entry's stream too when it ends.
     if target ~= '' then redis.call('HSET', job, 'notify', sp_add(h[8], target)) end
-    return 'dup', 0
+    return 'dup', '0'
   end
-  local attempt = tonumber(h[2] or '0')
+  -- attempt stays a string: a Lua number given to redis.call or tostring is formatted as a
+  -- float (printf's %.17g), about 3k instructions of Redis each.
+  local attempt = h[2] or '0'
   local verdict = 'run'
   if h[3] == '1' then
     verdict = 'cancelled'
   elseif h[4] == 'running' and retry_own == '1' and h[5] == consumer then
     -- our own claim whose reply was lost: it never started, run it (same attempt)
-  elseif h[4] == 'running' and attempt >= tonumber(max_attempts) then
+  elseif h[4] == 'running' and tonumber(attempt) >= tonumber(max_attempts) then
     verdict = 'lost'
+  elseif attempt == '0' then
+    attempt = '1'
   else
-    attempt = attempt + 1
+    attempt = string.format('%d', tonumber(attempt) + 1)
   end
   local f = {'state', 'running', 'entry', entry, 'consumer', consumer, 'attempt', attempt, 'claimed_ms', now_ms}
   local targets = sp_add(h[8], target)
@@ -188,7 +194,7 @@ for i = 0, #KEYS / 2 - 1 do
   local ok, verdict, attempt = pcall(claim, KEYS[2 * i + 1], KEYS[2 * i + 2], ARGV[a], ARGV[a + 1], ARGV[a + 2],
                                      ARGV[a + 3], ARGV[a + 4])
   if ok then
-    out[#out + 1] = verdict; out[#out + 1] = tostring(attempt)
+    out[#out + 1] = verdict; out[#out + 1] = attempt
   else
     out[#out + 1] = 'error'; out[#out + 1] = sp_error(verdict)
   end
@@ -239,8 +245,10 @@ local function finish(k, a, live)
   end
   redis.call('EXPIRE', job, ttl)
   if ARGV[a + 3] ~= '' then publish(out, ARGV[a + 3]) end
-  local known = {outcome = ARGV[a + 5], exit_code = tonumber(ARGV[a + 6]), error = ARGV[a + 7] ~= '' and ARGV[a + 7] or nil}
-  if known.outcome == '' then known = nil end
+  local known = nil
+  if ARGV[a + 5] ~= '' then
+    known = {outcome = ARGV[a + 5], exit_code = ARGV[a + 6], error = ARGV[a + 7] ~= '' and ARGV[a + 7] or nil}
+  end
   local targets = sp_targets(h[4])
   local size = nil
   if #targets > 0 and not result then
@@ -281,10 +289,11 @@ local function trim_point(stream)
   end
   return nil
 end
--- Whether stream entry id a comes before b (ids are "<ms>-<seq>", decimal without leading zeros).
-local function before(a, b)
-  local am, as = string.match(a, '^(%d+)-(%d+)$')
-  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+-- Whether stream entry id a comes before the point bm-bs (ids are "<ms>-<seq>", decimal without
+-- leading zeros). A plain find, not a pattern: Lua's pattern matching costs several times more.
+local function before(a, bm, bs)
+  local dash = string.find(a, '-', 1, true)
+  local am, as = string.sub(a, 1, dash - 1), string.sub(a, dash + 1)
   if #am ~= #bm then return #am < #bm end
   if am ~= bm then return am < bm end
   if #as ~= #bs then return #as < #bs end
@@ -303,8 +312,10 @@ for _, stream in ipairs(streams) do
   local point = #ids >= 4 and trim_point(stream)
   if point then
     redis.call('XTRIM', stream, 'MINID', point)
+    local dash = string.find(point, '-', 1, true)
+    local pm, ps = string.sub(point, 1, dash - 1), string.sub(point, dash + 1)
     local after = {}
-    for _, id in ipairs(ids) do if not before(id, point) then after[#after + 1] = id end end
+    for _, id in ipairs(ids) do if not before(id, pm, ps) then after[#after + 1] = id end end
     ids = after
   end
   if #ids > 0 then redis.call('XDEL', stream, unpack(ids)) end
@@ -315,7 +326,7 @@ return out
 
 const char* const kRejectScript = SANDPOOL_LUA_NOTIFY R"lua(
 local stored = ARGV[2]
-local known = {outcome = ARGV[9], exit_code = tonumber(ARGV[10]), error = ARGV[11] ~= '' and ARGV[11] or nil}
+local known = {outcome = ARGV[9], exit_code = ARGV[10], error = ARGV[11] ~= '' and ARGV[11] or nil}
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
   redis.call('PUBLISH', KEYS[3], ARGV[4])
