@@ -15,10 +15,12 @@ struct RuntimeInfo {
   const char* interpreter;  // absolute path, inside the sandbox (and on the host, which it binds)
   const char* code_flag;    // `interpreter code_flag SOURCE` runs SOURCE
   bool code_jobs;           // a `code` job may name it (PROTOCOL.md section 3)
-  // Its warm zygote (worker/runners/zygote.cc) sources a job's script from a pipe the stub makes
-  // (worker/ipc/stub_protocol.h, kStubScriptPipe) instead of reading it from the stub socket:
-  // a shell's `read` takes one byte per read(2), a sourced file is read in blocks.
-  bool script_pipe;
+  // A POSIX shell (the one place that says so). A job for it is a shell script (zygote.h's
+  // ZygotePayload), which its warm zygote (worker/runners/zygote.cc) sources from a pipe the stub
+  // makes (worker/ipc/stub_protocol.h, kStubScriptPipe) instead of reading it from the stub
+  // socket: a shell's `read` takes one byte per read(2), a sourced file is read in blocks. Its
+  // nursery has no interpreter in the mother (nursery.h's ShellNurseryApplies).
+  bool shell;
 };
 
 inline constexpr RuntimeInfo kRuntimes[] = {

@@ -54,8 +54,8 @@ bool NurseryApplies(const SandboxConfig& config) {
 }
 
 bool ShellNurseryApplies(const SandboxConfig& config) {
-  return !SANDPOOL_ASAN && (config.runtime == "sh" || config.runtime == "bash") && config.root_dir.empty() &&
-         !config.layer_writable;
+  const RuntimeInfo* r = FindRuntime(config.runtime);
+  return !SANDPOOL_ASAN && r != nullptr && r->shell && config.root_dir.empty() && !config.layer_writable;
 }
 
 std::vector<std::string> NurseryMotherCommand() {

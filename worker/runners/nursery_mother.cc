@@ -39,7 +39,7 @@ std::vector<std::string> g_stub_command;
 void Configure() {
   const RuntimeInfo* r = TemplateRuntime(g_config.runtime);
   g_stub_command.clear();
-  if (r != nullptr && (r->name == "sh" || r->name == "bash")) g_stub_command = ZygoteCommand(*r);
+  if (r != nullptr && r->shell) g_stub_command = ZygoteCommand(*r);
   g_configured = true;
 }
 

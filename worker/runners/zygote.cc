@@ -276,7 +276,7 @@ std::string ShellQuote(const std::string& s) {
 }
 
 std::string ZygotePayload(const RuntimeInfo& r, const RunMsg& run) {
-  if (r.name == "sh" || r.name == "bash") {
+  if (r.shell) {
     std::string script = "cd -- " + ShellQuote(run.cwd) + " 2>/dev/null || { printf 'E2 cwd\\n' >&3; exit 126; }\n";
     script += "unset OLDPWD\n";  // cd set it; sh -c would not have it
     for (const std::string& e : run.env) script += "export " + ShellQuote(e) + "\n";

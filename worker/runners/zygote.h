@@ -28,7 +28,7 @@ const RuntimeInfo* TemplateRuntime(const std::string& name);
 
 // The interpreter command line that starts the zygote (argv[0] is an absolute path). A shell's
 // zygote sources its job's script from fd 4, the script pipe its stub made (RuntimeInfo's
-// script_pipe; stub_protocol.h, 'W'), not from the socket, because a shell reads a script from a
+// shell; stub_protocol.h, 'W'), not from the socket, because a shell reads a script from a
 // socket one byte per read(2) (a script of 200 bytes cost ~0.3 ms that way, against ~0.05 ms
 // sourced from a file). It opens /proc/self/fd/4 anew and sources it: one assignment of the
 // job's script to a variable, which it then evals, once that file and fd 4 are closed.

@@ -93,7 +93,7 @@ struct StubPlan {
   int keep_fds;               // fds 3 .. 3+keep_fds-1 stay open across the interpreter's exec
   const char* stage;          // how a failed interpreter exec is reported
   bool script_pipe = false;   // the interpreter is a shell zygote that reads its job's script
-                              // from a pipe at kStubScriptFd (RuntimeInfo::script_pipe)
+                              // from a pipe at kStubScriptFd (RuntimeInfo::shell)
 };
 
 // A shell zygote's script pipe (stub_protocol.h, 'W'): made here, after StubPrologue, so that it
@@ -416,7 +416,7 @@ pid_t LaunchStub(const SandboxConfig& config, const SeccompProgram* seccomp, con
     plan.interp_argv = interp_argv.data();
     plan.interp_envp = envp.data();
     const RuntimeInfo* r = FindRuntime(config.runtime);
-    plan.script_pipe = nursery_lib < 0 && r != nullptr && r->script_pipe;
+    plan.script_pipe = nursery_lib < 0 && r != nullptr && r->shell;
   }
   return CloneStub(&plan);
 }
