@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "worker/ipc/fd_passing.h"
+
 namespace sandpool {
 namespace {
 
@@ -109,16 +111,7 @@ Status Channel::ReadSome(bool* eof, bool* would_block, int flags) {
     }
     return ErrnoStatus("recvmsg");
   }
-  for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-        in_fds_.emplace_back(fd);
-      }
-    }
-  }
+  ForEachReceivedFd(&msg, [this](int fd) { in_fds_.emplace_back(fd); });
   if (msg.msg_flags & MSG_CTRUNC) return Status::Error("recvmsg: control data truncated");
   if (n == 0) {
     *eof = true;

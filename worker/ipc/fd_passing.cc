@@ -44,16 +44,10 @@ Status ReceiveWithFds(int sock, char* tag, int* fds, size_t max, size_t* got) {
   } while (r < 0 && errno == EINTR);
   if (r < 0) return ErrnoStatus("receive with fds");
   if (r == 0) return Status::Error("the other end closed its socket");
-  for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < n; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      if (*got < max) fds[(*got)++] = fd;
-      else ::close(fd);  // never more than we asked for
-    }
-  }
+  ForEachReceivedFd(&msg, [&](int fd) {
+    if (*got < max) fds[(*got)++] = fd;
+    else ::close(fd);  // never more than we asked for
+  });
   return Status::Ok();
 }
 
