@@ -6,7 +6,7 @@ namespace sandpool {
 
 std::vector<std::string> SourceArgv(const RuntimeInfo& r, const std::string& source) {
   if (source.size() < kMaxExecString) return {r.interpreter, r.code_flag, source};
-  if (r.name != "sh" && r.name != "bash") return {};
+  if (!r.shell) return {};
   // The pieces become $1 .. $n; the prologue joins them, clears them, forgets its own variables
   // and evaluates the whole. eval expands "unset __sp_s; $__sp_s" before it runs any of it.
   std::vector<std::string> argv = {

@@ -89,10 +89,10 @@ namespace sandpool {
   "  end\n" \
   "  return out\n" \
   "end\n" \
-  "-- known: {outcome, exit_code (its decimal string), error} when the caller has them (a result it\n" \
-  "-- stores now), else nil: they are read from the stored result. size: the result's length when\n" \
-  "-- res is not given (a staged result that FINISH moved into place without reading it; known is\n" \
-  "-- then given).\n" \
+  "-- known: {outcome, exit_code (its decimal string, '' for none), error} when the caller has them\n" \
+  "-- (a result it stores now), else nil: they are read from the stored result. size: the result's\n" \
+  "-- length when res is not given (a staged result that FINISH moved into place without reading\n" \
+  "-- it; known is then given).\n" \
   "local sp_notified = {}\n" \
   "local function sp_notify(prefix, target, id, res, ttl, known, size)\n" \
   "  if target == '' or not (res or (known and size)) then return end\n" \
@@ -166,7 +166,7 @@ local function claim(job, res, entry, max_attempts, retry_own, target, id)
     return 'dup', '0'
   end
   -- attempt stays a string: a Lua number given to redis.call or tostring is formatted as a
-  -- float (printf's %.17g), about 3k instructions of Redis each.
+  -- float (printf's %.17g in redis.call, %.14g in tostring), about 3k instructions of Redis each.
   local attempt = h[2] or '0'
   local verdict = 'run'
   if h[3] == '1' then
