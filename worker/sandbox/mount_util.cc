@@ -102,6 +102,10 @@ Result<UniqueFd> IdMapUserns(const std::string& map) {
   return ns;
 }
 
+std::string CanonicalOwnersMap(uint32_t sandbox_root) {
+  return "0 " + std::to_string(sandbox_root) + " 1\n1000 " + std::to_string(sandbox_root + 1) + " 1\n";
+}
+
 Status MountIdmapped(int dir_fd, const std::string& dst, int userns, bool writable) {
   UniqueFd tree(sys::OpenTree(dir_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
   if (!tree) return ErrnoStatus("open_tree for " + dst);

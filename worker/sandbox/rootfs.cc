@@ -216,12 +216,12 @@ Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot, bool session,
   ::chmod((stage + "/tmp").c_str(), 01777);
   ::chmod((stage + "/var/tmp").c_str(), 01777);
   SP_RETURN_IF_ERROR(Mount("/proc", stage + "/proc", nullptr, MS_BIND, nullptr));
-  // Ids of this slot's sandboxes: their root and their job user.
-  const uint32_t sroot = config.host_id_base + 2 * slot, sjob = sroot + 1;
+  // This slot's sandbox root (a host id; its job user is the next one).
+  const uint32_t sroot = config.host_id_base + 2 * slot;
   if (root) {
     // The image's own uid 0 and 1000 become the sandbox's root and job user, so init can lay
     // out the merged root and the job owns what the image gave user 1000.
-    auto ns = IdMapUserns("0 " + std::to_string(sroot) + " 1\n1000 " + std::to_string(sjob) + " 1\n");
+    auto ns = IdMapUserns(CanonicalOwnersMap(sroot));
     if (!ns.ok()) return ns.status().Prefixed("root " + config.root_dir);
     for (const char* d : {kLowerRoot, kMerged}) SP_RETURN_IF_ERROR(MkdirP(stage + d, 0755));
     SP_RETURN_IF_ERROR(MountIdmapped(root.get(), stage + kLowerRoot, ns->get()).Prefixed("root " + config.root_dir));

@@ -41,6 +41,9 @@ class SessionKeeper {
         loop_control_(std::move(loop_control)) {}
 
   [[noreturn]] void Run() {
+    // The disk's id mapping is the slot's, whichever session comes: made while no session waits
+    // (a keeper is started ahead of the session it serves), not on a start's path.
+    (void)IdMapNamespace();
     for (;;) {
       for (Frame& f : WaitFrames(-1)) {
         if (f.type != static_cast<uint16_t>(SessionMsg::kStart)) continue;
@@ -85,6 +88,17 @@ class SessionKeeper {
     return frames;
   }
 
+  // The user namespace that maps the disk's canonical owners to this slot's (mount_util.h), made
+  // once and kept; tried again at the next start if making it failed.
+  Result<int> IdMapNamespace() {
+    if (!idmap_ns_) {
+      auto ns = IdMapUserns(CanonicalOwnersMap(config_.host_id_base + 2 * slot_));
+      if (!ns.ok()) return ns.status();
+      idmap_ns_ = std::move(ns.value());
+    }
+    return idmap_ns_.get();
+  }
+
   // The session's disk, attached and mounted idmapped at layout::kDisk.
   Status MountDisk(UniqueFd image) {
     image_ = std::move(image);
@@ -112,14 +126,13 @@ class SessionKeeper {
     if (!dev) return Status::Error("no free loop device");
     std::string src = "/proc/self/fd/" + std::to_string(dev.get());
     SP_RETURN_IF_ERROR(Mount(src.c_str(), kRawDisk, "ext4", MS_NOSUID | MS_NODEV, nullptr).Prefixed("session disk"));
-    const uint32_t sroot = config_.host_id_base + 2 * slot_;
     Status s = Status::Ok();
     {
-      auto ns = IdMapUserns("0 " + std::to_string(sroot) + " 1\n1000 " + std::to_string(sroot + 1) + " 1\n");
+      auto ns = IdMapNamespace();
       UniqueFd raw(::open(kRawDisk, O_PATH | O_DIRECTORY | O_CLOEXEC));
       if (!ns.ok()) s = ns.status();
       else if (!raw) s = ErrnoStatus(std::string("open ") + kRawDisk);
-      else s = MountIdmapped(raw.get(), kDisk, ns->get(), true).Prefixed("session disk");
+      else s = MountIdmapped(raw.get(), kDisk, *ns, true).Prefixed("session disk");
     }
     // The idmapped mount holds the file system now; the loop device detaches itself once it goes.
     ::umount2(kRawDisk, MNT_DETACH);
@@ -246,6 +259,7 @@ class SessionKeeper {
   SlotCgroup cgroup_;
   SeccompProgram seccomp_;
   UniqueFd loop_control_;
+  UniqueFd idmap_ns_;  // IdMapNamespace
   UniqueFd image_;
   bool disk_mounted_ = false;
   Sandbox sb_;

@@ -4,9 +4,10 @@
 // For each SessionStart (session_messages.h) it attaches the session's disk image (the fd the
 // scheduler sent) to a loop device, mounts its ext4 file system, and mounts that again idmapped
 // (the disk's canonical owners 0 and 1000 become this slot's sandbox root and job user, so a
-// session keeps its files whichever slot resumes it), then clones the session's sandbox
-// (PrepareSessionSandbox: its init lays the session's root over the disk and becomes the agent)
-// and hands the agent's socket to the scheduler (SessionReady). It serves Stats while the
+// session keeps its files whichever slot resumes it; the mapping's user namespace is made once,
+// when the keeper starts, which is ahead of the session it serves), then clones the session's
+// sandbox (PrepareSessionSandbox: its init lays the session's root over the disk and becomes the
+// agent) and hands the agent's socket to the scheduler (SessionReady). It serves Stats while the
 // session runs, and on SessionStop, or when the sandbox dies, ends it: kills init (the pid
 // namespace takes everything with it), unmounts the disk and flushes the image, removes the
 // sandbox's cgroup, and says SessionEnded.
