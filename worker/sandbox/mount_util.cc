@@ -12,6 +12,7 @@
 #include <cerrno>
 
 #include "common/syscalls.h"
+#include "worker/sandbox/sandbox_config.h"
 
 namespace sandpool {
 
@@ -103,7 +104,8 @@ Result<UniqueFd> IdMapUserns(const std::string& map) {
 }
 
 std::string CanonicalOwnersMap(uint32_t sandbox_root) {
-  return "0 " + std::to_string(sandbox_root) + " 1\n1000 " + std::to_string(sandbox_root + 1) + " 1\n";
+  return "0 " + std::to_string(sandbox_root) + " 1\n" + std::to_string(kSandboxJobUid) + " " +
+         std::to_string(sandbox_root + 1) + " 1\n";
 }
 
 Status MountIdmapped(int dir_fd, const std::string& dst, int userns, bool writable) {

@@ -58,8 +58,9 @@ Status MountOverlay(const std::string& dst, const std::vector<std::string>& lowe
 // It costs a fork and two map writes (3-7 ms on a machine where page faults are slow): a
 // keeper that mounts with the same map again keeps the namespace.
 Result<UniqueFd> IdMapUserns(const std::string& map);
-// The map of a slot's canonical owners: an image's or a session disk's uid 0 and 1000 become the
-// slot's sandbox root (`sandbox_root`, a host id) and job user (the next id).
+// The map of a slot's canonical owners: uid 0 and kSandboxJobUid (of an image, a session disk, or
+// the sandbox's own user namespace) become the slot's sandbox root (`sandbox_root`, a host id)
+// and job user (the next id).
 std::string CanonicalOwnersMap(uint32_t sandbox_root);
 // Mounts a clone of the directory `dir_fd` at `dst`, its file owners translated through `userns`
 // (an idmapped mount: the files on disk are not touched); nosuid, nodev, and read-only unless

@@ -123,11 +123,12 @@ Status BuildDev() {
 // names) and the public ones of the host, bound read-only (`copy` false) or copied.
 Status BuildEtc(const SandboxConfig& config, const std::string& etc, bool copy) {
   SP_RETURN_IF_ERROR(MkdirP(etc, 0755));
+  const std::string job = std::to_string(kSandboxJobUid);
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/passwd",
                                   "root:x:0:0:root:/root:/bin/sh\n"
-                                  "sandbox:x:1000:1000:sandbox:/work:/bin/sh\n"
+                                  "sandbox:x:" + job + ":" + job + ":sandbox:/work:/bin/sh\n"
                                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"));
-  SP_RETURN_IF_ERROR(WriteNewFile(etc + "/group", "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n"));
+  SP_RETURN_IF_ERROR(WriteNewFile(etc + "/group", "root:x:0:\nsandbox:x:" + job + ":\nnogroup:x:65534:\n"));
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/hosts", "127.0.0.1\tlocalhost " + config.hostname + "\n::1\tlocalhost\n"));
   SP_RETURN_IF_ERROR(WriteNewFile(etc + "/hostname", config.hostname + "\n"));
   // A network template's sandboxes resolve through its resolver (scheduler/net/dns_proxy.h). Every

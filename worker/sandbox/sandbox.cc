@@ -18,12 +18,12 @@
 #include "worker/ipc/fd_passing.h"
 #include "worker/ipc/stub_protocol.h"
 #include "worker/sandbox/cgroup.h"
+#include "worker/sandbox/mount_util.h"
 #include "worker/sandbox/sandbox_init.h"
 
 namespace sandpool {
 namespace {
 
-constexpr uid_t kJobId = 1000;
 
 Status WriteProcFile(pid_t pid, const char* name, const std::string& value) {
   std::string path = "/proc/" + std::to_string(pid) + "/" + name;
@@ -200,10 +200,7 @@ Result<Sandbox> CloneSandbox(const SandboxConfig& config, uint32_t slot, Sandbox
   sb.cgroup = std::move(cgroup);
   // Our copies of the sandbox's ends close here, so EOFs mean what they should.
   for (UniqueFd& f : fds->inside) f.reset();
-  uint32_t root = config.host_id_base + 2 * slot;
-  std::string map = "0 " + std::to_string(root) + " 1\n" + std::to_string(kJobId) + " " +
-                    std::to_string(root + 1) + " 1\n";
-  return FinishSandbox(std::move(sb), map);
+  return FinishSandbox(std::move(sb), CanonicalOwnersMap(config.host_id_base + 2 * slot));
 }
 
 }  // namespace

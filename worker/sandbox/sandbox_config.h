@@ -11,6 +11,11 @@
 
 namespace sandpool {
 
+// The job's user inside every sandbox (uid and gid): `sandbox` in its /etc/passwd, the owner of
+// /work, and the canonical owner of a session disk's files (mount_util.h CanonicalOwnersMap).
+// Outside, it is its slot's host_id_base + 2n + 1 (SandboxConfig).
+inline constexpr uint32_t kSandboxJobUid = 1000;
+
 // A slot's link to the host for templates with network (worker/sandbox/netns_setup.h). Off: the sandbox
 // has loopback only, as every sandbox had before network policies existed.
 struct SlotNetwork {
@@ -32,8 +37,8 @@ struct SandboxConfig {
   // The environment the zygote starts with (jobs replace it with their own): the template's
   // variables over the defaults (common/job_env.h).
   std::vector<std::string> base_env = JobEnvironment({}, {});
-  // Host ids: slot n maps sandbox uid/gid 0 to host_id_base + 2n and sandbox uid/gid 1000 (the
-  // job's user) to host_id_base + 2n + 1. Never 0; distinct per slot.
+  // Host ids: slot n maps sandbox uid/gid 0 to host_id_base + 2n and kSandboxJobUid (the job's
+  // user) to host_id_base + 2n + 1. Never 0; distinct per slot.
   uint32_t host_id_base = 200000;
   std::string hostname = "sandbox";
   uint64_t work_bytes = 256ull << 20;   // tmpfs /work (the job's cwd)

@@ -31,7 +31,6 @@
 namespace sandpool {
 namespace {
 
-constexpr uid_t kJobId = 1000;
 constexpr int kStatusFd = 4;  // init's status pipe
 constexpr int kStubSock = 3;  // the stub's socket, after ArrangeFds
 
@@ -74,8 +73,8 @@ int DropPrivileges() {
     if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return errno;
   }
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) return errno;
-  if (::setresgid(kJobId, kJobId, kJobId) != 0) return errno;
-  if (::setresuid(kJobId, kJobId, kJobId) != 0) return errno;
+  if (::setresgid(kSandboxJobUid, kSandboxJobUid, kSandboxJobUid) != 0) return errno;
+  if (::setresuid(kSandboxJobUid, kSandboxJobUid, kSandboxJobUid) != 0) return errno;
   struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct data[2] = {};
   if (sys::Capset(&hdr, data) != 0) return errno;

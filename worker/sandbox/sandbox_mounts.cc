@@ -14,6 +14,7 @@
 #include "common/syscalls.h"
 #include "worker/sandbox/mount_util.h"
 #include "worker/sandbox/rootfs.h"
+#include "worker/sandbox/sandbox_config.h"
 
 namespace sandpool {
 namespace {
@@ -211,7 +212,7 @@ Status MountSessionFilesystems(const SandboxConfig& config, bool fresh) {
     SP_RETURN_IF_ERROR(MkdirP(merged + d, 0755));
   }
   if (fresh) {
-    if (::chown((merged + "/work").c_str(), 1000, 1000) != 0) return ErrnoStatus("chown /work");
+    if (::chown((merged + "/work").c_str(), kSandboxJobUid, kSandboxJobUid) != 0) return ErrnoStatus("chown /work");
     ::chmod((merged + "/tmp").c_str(), 01777);
     ::chmod((merged + "/var/tmp").c_str(), 01777);
     (void)WriteNewFile(merged + "/etc/hostname", config.hostname + "\n");

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "worker/sandbox/sandbox_config.h"
 
 namespace sandpool {
 namespace {
 
-constexpr uid_t kJobUser = 1000;
 constexpr size_t kMaxPath = 4096;
 constexpr size_t kMaxFilesPerWrite = 10000;
 constexpr size_t kDefaultListLimit = 10000;
@@ -116,8 +116,8 @@ class As {
  public:
   explicit As(bool root) : root_(root) {
     if (!root_) {
-      ::setfsgid(kJobUser);
-      ::setfsuid(kJobUser);
+      ::setfsgid(kSandboxJobUid);
+      ::setfsuid(kSandboxJobUid);
     }
   }
   ~As() {
