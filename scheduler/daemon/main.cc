@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
       // (each pool slot sees them as its own users through an idmapped mount), so the owner is
       // part of the layer's identity like everything else that shapes it.
       uint32_t build_slot = config.max_sandboxes + layered++;
-      t.sandbox.layer_owner_base = config.sandbox.host_id_base + 2 * build_slot;
+      t.sandbox.layer_owner_base = config.sandbox.SlotRootId(build_slot);
       std::vector<std::string> parts = {"layer-v2", t.name, t.sandbox.layer_mount, t.sandbox.runtime,
                                         t.sandbox.root_dir, std::to_string(t.sandbox.layer_owner_base)};
       parts.insert(parts.end(), t.env.begin(), t.env.end());

@@ -217,8 +217,7 @@ Status BuildKeeperRoot(const SandboxConfig& config, uint32_t slot, bool session,
   ::chmod((stage + "/tmp").c_str(), 01777);
   ::chmod((stage + "/var/tmp").c_str(), 01777);
   SP_RETURN_IF_ERROR(Mount("/proc", stage + "/proc", nullptr, MS_BIND, nullptr));
-  // This slot's sandbox root (a host id; its job user is the next one).
-  const uint32_t sroot = config.host_id_base + 2 * slot;
+  const uint32_t sroot = config.SlotRootId(slot);
   if (root) {
     // The image's own uid 0 and 1000 become the sandbox's root and job user, so init can lay
     // out the merged root and the job owns what the image gave user 1000.

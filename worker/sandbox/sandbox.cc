@@ -169,7 +169,7 @@ Result<Sandbox> CloneSandbox(const SandboxConfig& config, uint32_t slot, Sandbox
   // back with euid 0; that is also why CLONE_INTO_CGROUP is not used: its permission check
   // would then need a cgroup.procs writable by every slot's uid. init is placed in its cgroup
   // below instead, before it runs anything.)
-  uint32_t owner = config.host_id_base + 2 * slot;
+  uint32_t owner = config.SlotRootId(slot);
   if (::setresuid(static_cast<uid_t>(-1), owner, static_cast<uid_t>(-1)) != 0) return ErrnoStatus("seteuid for clone");
   // The cgroup namespace is created by init itself once it sits in its slot cgroup, so that
   // cgroup is its root.
@@ -200,7 +200,7 @@ Result<Sandbox> CloneSandbox(const SandboxConfig& config, uint32_t slot, Sandbox
   sb.cgroup = std::move(cgroup);
   // Our copies of the sandbox's ends close here, so EOFs mean what they should.
   for (UniqueFd& f : fds->inside) f.reset();
-  return FinishSandbox(std::move(sb), CanonicalOwnersMap(config.host_id_base + 2 * slot));
+  return FinishSandbox(std::move(sb), CanonicalOwnersMap(config.SlotRootId(slot)));
 }
 
 }  // namespace

@@ -40,6 +40,9 @@ struct SandboxConfig {
   // Host ids: slot n maps sandbox uid/gid 0 to host_id_base + 2n and kSandboxJobUid (the job's
   // user) to host_id_base + 2n + 1. Never 0; distinct per slot.
   uint32_t host_id_base = 200000;
+  // Slot `slot`'s sandbox root on the host (its job user is the next id): the one place the
+  // numbering above is computed.
+  uint32_t SlotRootId(uint32_t slot) const { return host_id_base + 2 * slot; }
   std::string hostname = "sandbox";
   uint64_t work_bytes = 256ull << 20;   // tmpfs /work (the job's cwd)
   uint64_t tmp_bytes = 64ull << 20;     // tmpfs /tmp

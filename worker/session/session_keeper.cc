@@ -92,7 +92,7 @@ class SessionKeeper {
   // once and kept; tried again at the next start if making it failed.
   Result<int> IdMapNamespace() {
     if (!idmap_ns_) {
-      auto ns = IdMapUserns(CanonicalOwnersMap(config_.host_id_base + 2 * slot_));
+      auto ns = IdMapUserns(CanonicalOwnersMap(config_.SlotRootId(slot_)));
       if (!ns.ok()) return ns.status();
       idmap_ns_ = std::move(ns.value());
     }
