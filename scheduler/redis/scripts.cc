@@ -289,11 +289,15 @@ local function trim_point(stream)
   end
   return nil
 end
--- Whether stream entry id a comes before the point bm-bs (ids are "<ms>-<seq>", decimal without
--- leading zeros). A plain find, not a pattern: Lua's pattern matching costs several times more.
+-- A stream entry id's two numbers, as strings ("<ms>-<seq>", decimal without leading zeros). A
+-- plain find, not a pattern: Lua's pattern matching costs several times more.
+local function id_parts(id)
+  local dash = string.find(id, '-', 1, true)
+  return string.sub(id, 1, dash - 1), string.sub(id, dash + 1)
+end
+-- Whether stream entry id a comes before the point whose parts are bm, bs.
 local function before(a, bm, bs)
-  local dash = string.find(a, '-', 1, true)
-  local am, as = string.sub(a, 1, dash - 1), string.sub(a, dash + 1)
+  local am, as = id_parts(a)
   if #am ~= #bm then return #am < #bm end
   if am ~= bm then return am < bm end
   if #as ~= #bs then return #as < #bs end
@@ -312,8 +316,7 @@ for _, stream in ipairs(streams) do
   local point = #ids >= 4 and trim_point(stream)
   if point then
     redis.call('XTRIM', stream, 'MINID', point)
-    local dash = string.find(point, '-', 1, true)
-    local pm, ps = string.sub(point, 1, dash - 1), string.sub(point, dash + 1)
+    local pm, ps = id_parts(point)
     local after = {}
     for _, id in ipairs(ids) do if not before(id, pm, ps) then after[#after + 1] = id end end
     ids = after
