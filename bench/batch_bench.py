@@ -163,7 +163,11 @@ def measure_async_batch(url: str, n: int) -> Dict[str, Any]:
 
 
 async def redis_cpu(c: AsyncClient) -> float:
-    info = await c.redis.info("cpu")
+    return cpu_of(await c.redis.info("cpu"))
+
+
+def cpu_of(info: Dict[str, Any]) -> float:
+    """redis-server's CPU seconds so far, from INFO cpu."""
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
@@ -234,8 +238,7 @@ class Redis:
         self.r = redis.Redis(unix_socket_path=self.sock)
 
     def cpu_s(self) -> float:
-        info = self.r.info("cpu")
-        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        return cpu_of(self.r.info("cpu"))
 
     def stop(self) -> None:
         self.proc.terminate()
