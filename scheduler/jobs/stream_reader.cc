@@ -145,6 +145,7 @@ void StreamReader::Heartbeat() {
 void StreamReader::Read() {
   if (stopped_ || !cmd_->connected()) return;
   if (hooks_.may_read && !hooks_.may_read()) return;
+  std::vector<size_t> woken;
   for (size_t i = 0; i < streams_.size(); ++i) {
     Stream& s = streams_[i];
     if (!s.group_ready || s.in_flight) continue;
@@ -156,8 +157,10 @@ void StreamReader::Read() {
       if (s.spec.capacity() > 0) ClaimOrphans(i);
       continue;  // orphans first: nothing new is read from this stream while they wait
     }
-    if (!s.spec.blocking) ReadWoken(i);
+    // Empty since the last reason to look, or no room: nothing to read.
+    if (!s.spec.blocking && s.wakes != s.wakes_read && s.spec.capacity() > 0) woken.push_back(i);
   }
+  if (!woken.empty()) ReadWoken(woken);
   // New work waits until this connection's first look for orphans is done (they go first).
   if (orphans_checked_) ReadBlocking();
 }
@@ -225,32 +228,52 @@ void StreamReader::ScanOwn(size_t i) {
   if (!sent) streams_[i].in_flight = false;
 }
 
-void StreamReader::ReadWoken(size_t i) {
-  if (streams_[i].wakes == streams_[i].wakes_read) return;  // empty since the last reason to look
-  size_t n = streams_[i].spec.capacity();
-  if (n == 0) return;
-  streams_[i].in_flight = true;
-  std::string key = streams_[i].spec.key;
-  uint64_t wakes = streams_[i].wakes;
-  bool sent = cmd_->Command({"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT",
-                             std::to_string(n), "STREAMS", key, ">"},
-                            [this, i, key, wakes](redisReply* r) {
-                              streams_[i].in_flight = false;
-                              if (r == nullptr || stopped_) return;
-                              if (r->type == REDIS_REPLY_ERROR) {
-                                if (ReplyString(r).rfind("NOGROUP", 0) == 0) streams_[i].group_ready = false;
-                                return;
-                              }
-                              if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->elements == 2 &&
-                                  r->element[0]->element[1]->elements > 0) {
-                                Deliver(r->element[0]->element[1], key);
-                                Read();  // there may be more
-                              } else {
-                                // Empty as of every reason to look that came before this read.
-                                streams_[i].wakes_read = wakes;
-                              }
-                            });
-  if (!sent) streams_[i].in_flight = false;
+// One XREADGROUP for every woken stream (a heartbeat wakes them all: one call, not one per
+// template). COUNT applies to each stream, so it is the smallest capacity among them: a stream
+// that had more left is read again at once, since its read found entries.
+void StreamReader::ReadWoken(const std::vector<size_t>& which) {
+  size_t count = std::numeric_limits<size_t>::max();
+  for (size_t i : which) count = std::min(count, streams_[i].spec.capacity());
+  std::vector<std::string> args = {"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT",
+                                   std::to_string(count), "STREAMS"};
+  std::vector<uint64_t> wakes;
+  for (size_t i : which) {
+    args.push_back(streams_[i].spec.key);
+    wakes.push_back(streams_[i].wakes);
+    streams_[i].in_flight = true;
+  }
+  for (size_t k = 0; k < which.size(); ++k) args.push_back(">");
+  bool sent = cmd_->Command(args, [this, which, wakes](redisReply* r) {
+    for (size_t i : which) streams_[i].in_flight = false;
+    if (r == nullptr || stopped_) return;
+    if (r->type == REDIS_REPLY_ERROR) {
+      // Which stream lost its group is not said: each is checked again (BUSYGROUP: it had one).
+      if (ReplyString(r).rfind("NOGROUP", 0) == 0) {
+        for (size_t i : which) streams_[i].group_ready = false;
+        CreateGroups();
+      }
+      return;
+    }
+    // The reply lists only the streams that had entries (nil when none had any).
+    std::set<std::string> found;
+    if (r->type == REDIS_REPLY_ARRAY) {
+      for (size_t k = 0; k < r->elements; ++k) {
+        redisReply* s = r->element[k];
+        if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 || s->element[1]->elements == 0) continue;
+        std::string key = ReplyString(s->element[0]);
+        found.insert(key);
+        Deliver(s->element[1], key);
+      }
+    }
+    // Empty as of every reason to look that came before this read.
+    for (size_t k = 0; k < which.size(); ++k) {
+      if (found.count(streams_[which[k]].spec.key) == 0) streams_[which[k]].wakes_read = wakes[k];
+    }
+    if (!found.empty()) Read();  // there may be more
+  });
+  if (!sent) {
+    for (size_t i : which) streams_[i].in_flight = false;
+  }
 }
 
 void StreamReader::ReadBlocking() {

@@ -21,7 +21,8 @@
 //  3. streams read when woken, as many as their capacity, when they may hold something: Wake()
 //     named them (a daemon announced a forward, from pub/sub), the last read found entries, or a
 //     heartbeat came (pub/sub may lose the announcement); never just because capacity freed up
-//     (that was most of Redis's calls per job);
+//     (that was most of Redis's calls per job); all of them in one XREADGROUP on the command
+//     connection, at most the smallest capacity of each (a heartbeat wakes every template's);
 //  4. the blocking streams that have capacity, in one XREADGROUP on the reader connection, at
 //     most the smallest capacity of each.
 // A daemon that is alive and connected never loses its entries, whatever the pause: only its
@@ -112,7 +113,7 @@ class StreamReader {
   void CreateGroups();
   void ScanOwn(size_t i);
   void ClaimOrphans(size_t i);
-  void ReadWoken(size_t i);
+  void ReadWoken(const std::vector<size_t>& which);
   void ReadBlocking();
   void FindOrphans();
   void ListPending(std::shared_ptr<std::set<std::string>> alive, std::function<void()> done);
