@@ -23,6 +23,15 @@ void LoopChannel::Close() {
   channel_ = Channel();
 }
 
+UniqueFd LoopChannel::Release() {
+  if (read_ev_ != nullptr) event_free(read_ev_);
+  if (write_ev_ != nullptr) event_free(write_ev_);
+  read_ev_ = write_ev_ = nullptr;
+  UniqueFd fd = channel_.TakeFd();
+  channel_ = Channel();
+  return fd;
+}
+
 Status LoopChannel::Send(uint16_t type, std::string_view payload, const std::vector<int>& fds) {
   if (!open()) return Status::Error("channel closed");
   Status s = channel_.Send(type, payload, fds);

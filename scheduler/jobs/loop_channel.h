@@ -44,6 +44,9 @@ class LoopChannel {
   size_t QueuedBytes() const { return channel_.QueuedBytes(); }
   // Frees the events and closes the fd; queued bytes are dropped.
   void Close();
+  // Frees the events and gives the fd back, for the caller to open again later (a session
+  // keeper kept for the next session): invalid if a frame was half read or half sent.
+  UniqueFd Release();
 
  private:
   static void OnEvent(evutil_socket_t, short what, void* arg);

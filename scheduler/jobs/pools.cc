@@ -186,10 +186,14 @@ uint64_t Pools::UidSpan(const DaemonConfig& config) {
   return 2ull * (2ull * config.max_sandboxes + 2ull * config.templates.size());
 }
 
+size_t Pools::SessionSlots() const { return config_.max_sandboxes + config_.templates.size(); }
+
+size_t Pools::FreeSessionSlots() const { return SessionSlots() - std::min(SessionSlots(), session_slots_.size()); }
+
 void Pools::SpawnSessionKeeper(uint32_t t, std::function<void(KeeperHandle)> done) {
   uint32_t slot = SessionSlotBase();
   while (session_slots_.count(slot)) ++slot;
-  if (slot >= SessionSlotBase() + config_.max_sandboxes + config_.templates.size()) {
+  if (slot >= SessionSlotBase() + SessionSlots()) {
     done(KeeperHandle{});  // more keepers than sandboxes could ever run: refused
     return;
   }

@@ -73,13 +73,15 @@ class Pools final : public SessionHost {
   // no two sandboxes of a daemon may share one. The daemon's range, in slot numbers:
   //   [0, max-sandboxes)                          pool slots
   //   [max-sandboxes, + templates)                template builds (main.cc)
-  //   [SessionSlotBase(), + max-sandboxes + templates)  session keepers (running, and spares)
+  //   [SessionSlotBase(), + SessionSlots())       session keepers (running, spares, ahead)
   uint32_t SessionSlotBase() const;
+  size_t SessionSlots() const;  // max-sandboxes + templates
   // How many host uids the daemon uses from --uid-base (docs/SECURITY.md).
   static uint64_t UidSpan(const DaemonConfig& config);
   // SessionHost: keepers are started by the spawner (it runs mke2fs for disks too).
   void SpawnSessionKeeper(uint32_t t, std::function<void(KeeperHandle)> done) override;
   void ReleaseSessionSlot(uint32_t slot) override;
+  size_t FreeSessionSlots() const override;
   void MakeDisk(const std::string& path, uint64_t bytes, const std::string& from, DiskDone done) override;
   bool SessionFits(uint64_t memory_bytes) const override;
   bool TakeSessionBudget(uint64_t memory_bytes) override;

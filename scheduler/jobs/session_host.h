@@ -31,6 +31,8 @@ class SessionHost {
   // valid) if no keeper can be started.
   virtual void SpawnSessionKeeper(uint32_t t, std::function<void(KeeperHandle)> done) = 0;
   virtual void ReleaseSessionSlot(uint32_t slot) = 0;
+  // Session slots no keeper holds now (SpawnSessionKeeper refuses when there are none).
+  virtual size_t FreeSessionSlots() const = 0;
   // Makes a session disk image at `path`, or, with `from`, a sparse copy of the image at `from`;
   // `done` gets "" or why not, and the bytes of data copied.
   using DiskDone = std::function<void(std::string error, uint64_t data_bytes)>;

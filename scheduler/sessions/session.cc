@@ -56,6 +56,7 @@ void Session::OnDeferred(evutil_socket_t, short, void* arg) {
 
 void Session::Start(SessionHost::KeeperHandle keeper, UniqueFd disk, const SessionStartMsg& start) {
   keeper_slot_ = keeper.slot;
+  keeper_pid_ = keeper.pid;
   keeper_pidfd_ = std::move(keeper.pidfd);
   keeper_.Open(base_, std::move(keeper.channel), [this](Frame& f) { OnKeeperFrame(f); },
                [this](const Status& why) { OnGone("its keeper died: " + why.message()); });
@@ -92,7 +93,11 @@ void Session::OnKeeperFrame(Frame& f) {
       SessionEndedMsg m;
       (void)DecodeMsg(f.payload, &m);
       std::string why = asked_ ? "stopped" : !died_.empty() ? died_ : m.why.empty() ? "its sandbox ended" : m.why.substr(0, 1024);
-      keeper_.Close();  // the keeper exits; a new session gets a new one
+      // The keeper has ended the sandbox and released the disk, and waits for another Start.
+      UniqueFd channel = keeper_.Release();
+      if (m.reusable && channel.valid()) {
+        ended_keeper_ = SessionHost::KeeperHandle{keeper_slot_, keeper_pid_, std::move(channel), std::move(keeper_pidfd_)};
+      }
       OnGone(why);
       return;
     }
@@ -117,6 +122,12 @@ void Session::OnKeeperFrame(Frame& f) {
     default:
       return;
   }
+}
+
+std::optional<SessionHost::KeeperHandle> Session::TakeEndedKeeper() {
+  auto k = std::move(ended_keeper_);
+  ended_keeper_.reset();
+  return k;
 }
 
 void Session::Stop() {

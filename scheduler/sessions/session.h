@@ -91,6 +91,11 @@ class Session {
   bool ready() const { return agent_.open(); }
   bool ended() const { return ended_; }
   uint32_t keeper_slot() const { return keeper_slot_; }
+  // The keeper, once the session ended by its keeper's Ended (the sandbox gone, the disk
+  // released, the keeper waiting for another Start): the caller may give it the next session.
+  // nullopt after any other end (a failed start, a keeper that died or had to be killed). The
+  // slot is the caller's either way.
+  std::optional<SessionHost::KeeperHandle> TakeEndedKeeper();
 
   // A warm spare becomes session `id` with the session's environment (nothing ran in it yet).
   void Adopt(std::string id, std::vector<std::pair<std::string, std::string>> env) {
@@ -174,7 +179,9 @@ class Session {
   Hooks hooks_;
 
   uint32_t keeper_slot_ = 0;
+  pid_t keeper_pid_ = -1;
   UniqueFd keeper_pidfd_;
+  std::optional<SessionHost::KeeperHandle> ended_keeper_;  // TakeEndedKeeper
   LoopChannel keeper_, agent_;
   bool stopping_ = false, ended_ = false;
   bool asked_ = false;  // Stop() was called (not: the sandbox ended on its own)

@@ -493,7 +493,8 @@ void Sessions::Ended(Entry& e, const std::string& why, bool asked) {
   if (e.budget) host_->ReturnSessionBudget(e.meta.memory_bytes);
   e.budget = false;
   if (e.session) {
-    host_->ReleaseSessionSlot(e.session->keeper_slot());
+    if (auto keeper = e.session->TakeEndedKeeper()) spares_->KeepKeeper(e.template_index, std::move(*keeper));
+    else host_->ReleaseSessionSlot(e.session->keeper_slot());
     Collect(std::move(e.session));
   }
   std::string sid = e.meta.id;

@@ -126,6 +126,16 @@ void SessionSpares::TakeKeeper(uint32_t t, std::function<void(SessionHost::Keepe
   KeeperAhead(t);
 }
 
+void SessionSpares::KeepKeeper(uint32_t t, SessionHost::KeeperHandle k) {
+  auto& ahead = keepers_ahead_[t];
+  if (!draining_ && k.channel.valid() && ahead.size() < kMostKeepersAhead &&
+      host_->FreeSessionSlots() >= config_.templates.size()) {
+    ahead.push_back(std::move(k));
+    return;
+  }
+  host_->ReleaseSessionSlot(k.slot);  // its channel closes with `k`: the keeper exits
+}
+
 void SessionSpares::KeeperAhead(uint32_t t) {
   if (draining_ || keeper_pending_.count(t) || !keepers_ahead_[t].empty()) return;
   keeper_pending_.insert(t);

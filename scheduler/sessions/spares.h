@@ -31,6 +31,7 @@ namespace sandpool {
 class SessionSpares {
  public:
   static constexpr size_t kMostSpares = 4;
+  static constexpr size_t kMostKeepersAhead = 2;  // per template
   struct Hooks {
     // Starts a session sandbox in `dir` on keeper `k` (the owner's StartSandbox); nullptr and
     // `error` when it cannot.
@@ -63,9 +64,14 @@ class SessionSpares {
   // (owner and environment). The spare's share of the budget becomes the session's. nullptr
   // otherwise (a spare of an older snapshot version is dropped).
   std::unique_ptr<Session> Adopt(const SessionMeta& m, const std::string& version);
-  // A session keeper of template `t`: one started ahead if there is one (and another is started
-  // ahead), else a new one.
+  // A session keeper of template `t`: one kept ahead if there is one (and, if that was the
+  // last, another is started ahead), else a new one.
   void TakeKeeper(uint32_t t, std::function<void(SessionHost::KeeperHandle)> done);
+  // A keeper whose session of template `t` ended and that can serve another (Session::
+  // TakeEndedKeeper): kept ahead for the next start, up to kMostKeepersAhead of `t` and while
+  // every template could still start a keeper; otherwise let go (it exits). A stop followed by
+  // a resume then costs no keeper's set-up, on its path or beside it.
+  void KeepKeeper(uint32_t t, SessionHost::KeeperHandle k);
   // No more spares or keepers ahead; those there are given up.
   void Drain();
   // The daemon is going: spares are given up, keepers ahead forgotten.

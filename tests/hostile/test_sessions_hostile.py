@@ -109,3 +109,30 @@ def test_a_session_cannot_fill_the_host_disk_or_keep_memory(sessions):
     r = s.exec(argv=["python3", "-c", "x = bytearray(400 << 20)"])
     assert r.outcome == "memory_limit", r
     assert s.exec(shell="rm -f /work/fill /tmp/fill2; echo ok").stdout == b"ok\n"
+
+
+def test_the_next_session_on_a_slot_finds_nothing_of_the_last(sessions):
+    """A stopped session's keeper serves the next start of its template (docs/SECURITY.md,
+    "Sessions"): its network namespace, which the sandbox shared, is replaced first. Sockets the
+    last session left (a connection in TIME_WAIT, listeners of processes the stop killed, an
+    abstract unix socket) are not there for the next one."""
+    limits = {"memory_bytes": 96 << 20}  # not the template's defaults: no warm spare takes it
+    a = sessions("h-slot-a", limits=limits)
+    a.spawn(shell="exec python3 -c \"import socket, time; s = socket.socket(socket.AF_UNIX); "
+                  "s.bind(b'\\0residue-of-a'); s.listen(); t = socket.socket(); t.bind(('127.0.0.1', 47002)); "
+                  "t.listen(); time.sleep(600)\"")
+    left = a.exec(argv=["python3", "-c", "import socket\n"
+                        "l = socket.socket(); l.bind(('127.0.0.1', 47001)); l.listen()\n"
+                        "c = socket.create_connection(('127.0.0.1', 47001)); s, _ = l.accept()\n"
+                        "c.close(); s.close(); l.close()"])
+    assert left.exit_code == 0, left
+    seen = "cat /proc/net/tcp /proc/net/tcp6 /proc/net/unix; cat /proc/self/uid_map"
+    in_a = a.exec(shell=f"sleep 0.2; {seen}").stdout
+    # The checks below can see what they look for: in the session that made them.
+    assert b":B799" in in_a and b":B79A" in in_a and b"@residue-of-a" in in_a, in_a.decode()
+    a.stop()
+    b = sessions("h-slot-b", limits=limits)
+    in_b = b.exec(shell=seen).stdout
+    assert in_b.splitlines()[-1] == in_a.splitlines()[-1], "the same slot (its uids) serves the next session"
+    assert b":B799" not in in_b and b":B79A" not in in_b, in_b
+    assert b"residue-of-a" not in in_b, in_b

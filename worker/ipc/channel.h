@@ -46,6 +46,17 @@ class Channel {
   int fd() const { return fd_.get(); }
   bool valid() const { return fd_.valid(); }
   void Close() { fd_.reset(); }
+  // The socket, for another Channel to go on with; invalid (and the socket closed) if anything
+  // is buffered either way: a frame half read or half written cannot be carried over.
+  UniqueFd TakeFd() {
+    UniqueFd fd = std::move(fd_);
+    if (!in_.empty() || !in_fds_.empty() || HasQueued()) fd.reset();
+    in_.clear();
+    in_fds_.clear();
+    out_.clear();
+    out_off_ = 0;
+    return fd;
+  }
 
   // Sends a frame. `fds` are borrowed (duplicated into the peer by the kernel). In blocking mode
   // this writes everything; in non-blocking mode the unsent tail is queued (fds are always sent

@@ -83,7 +83,10 @@ struct SessionEndedMsg {
   uint64_t generation = 0;
   std::string why;        // "stopped" (asked for), or what happened
   uint64_t oom_kills = 0;
-  MSGPACK_DEFINE_MAP(generation, why, oom_kills)
+  // The keeper can serve another session (it waits for the next Start): nothing of this one is
+  // left in it (session_keeper.h).
+  bool reusable = false;
+  MSGPACK_DEFINE_MAP(generation, why, oom_kills, reusable)
 };
 
 struct SessionStatsMsg {

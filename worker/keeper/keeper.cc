@@ -1,10 +1,8 @@
 #include "worker/keeper/keeper.h"
 
-#include <net/if.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -39,17 +37,6 @@
 namespace sandpool {
 namespace {
 
-Status BringUpLoopback() {
-  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!s) return ErrnoStatus("socket");
-  struct ifreq ifr = {};
-  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-  if (::ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) return ErrnoStatus("SIOCGIFFLAGS lo");
-  ifr.ifr_flags |= IFF_UP;
-  if (::ioctl(s.get(), SIOCSIFFLAGS, &ifr) != 0) return ErrnoStatus("SIOCSIFFLAGS lo");
-  return Status::Ok();
-}
-
 // One-time set-up of the keeper process itself, of either kind.
 Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup, UniqueFd* loop_control) {
   // The host root's supplementary groups would otherwise follow every sandbox process into its
@@ -69,8 +56,7 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup, UniqueFd* loop_contr
     // are not this slot's to use.
     SP_RETURN_IF_ERROR(FlushConntrackFrom(SandboxAddress(a.config.network, a.slot)).Prefixed("slot network"));
   }
-  if (::unshare(CLONE_NEWNET) != 0) return ErrnoStatus("unshare(CLONE_NEWNET)");
-  SP_RETURN_IF_ERROR(BringUpLoopback());
+  SP_RETURN_IF_ERROR(EnterNewNetworkNamespace());
   if (host_netlink) SP_RETURN_IF_ERROR(host_netlink->ConnectSlot(a.config.network, a.slot).Prefixed("slot network"));
   if (::unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare(CLONE_NEWNS)");
   return BuildKeeperRoot(a.config, a.slot, a.session, loop_control).Prefixed("sandbox root");

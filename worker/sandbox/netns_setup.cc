@@ -13,10 +13,14 @@
 #include <netlink/route/tc.h>
 #include <netlink/route/route.h>
 #include <nftables/libnftables.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <string>
 
 #include "common/fd.h"
@@ -238,5 +242,17 @@ Status HostNetlink::ConnectSlot(const SlotNetwork& net, uint32_t slot) {
   return net.expose ? HandOverToLoopback() : Status::Ok();
 }
 
+
+Status EnterNewNetworkNamespace() {
+  if (::unshare(CLONE_NEWNET) != 0) return ErrnoStatus("unshare(CLONE_NEWNET)");
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!s) return ErrnoStatus("socket");
+  struct ifreq ifr = {};
+  std::memcpy(ifr.ifr_name, "lo", 3);
+  if (::ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) return ErrnoStatus("SIOCGIFFLAGS lo");
+  ifr.ifr_flags |= IFF_UP;
+  if (::ioctl(s.get(), SIOCSIFFLAGS, &ifr) != 0) return ErrnoStatus("SIOCSIFFLAGS lo");
+  return Status::Ok();
+}
 
 }  // namespace sandpool

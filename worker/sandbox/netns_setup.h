@@ -29,6 +29,11 @@ inline uint32_t SandboxAddress(uint32_t pool_base, uint32_t slot) { return pool_
 inline uint32_t HostEndAddress(const SlotNetwork& net, uint32_t slot) { return HostEndAddress(net.pool_base, slot); }
 inline uint32_t SandboxAddress(const SlotNetwork& net, uint32_t slot) { return SandboxAddress(net.pool_base, slot); }
 
+// Moves the calling process into a network namespace of its own, with only lo, up: every
+// keeper's, when it sets itself up, and a session keeper's again after each session, so that
+// the next session it serves finds nothing the last one left (sockets in TIME_WAIT, ...).
+Status EnterNewNetworkNamespace();
+
 // Opened in the host namespace before the keeper leaves it; used afterwards to configure the
 // host end. Move-only.
 class HostNetlink {

@@ -25,6 +25,7 @@
 #include "worker/ipc/session_messages.h"
 #include "worker/ipc/stub_protocol.h"
 #include "worker/sandbox/mount_util.h"
+#include "worker/sandbox/netns_setup.h"
 #include "worker/sandbox/sandbox.h"
 #include "worker/session/session_agent.h"
 
@@ -185,6 +186,10 @@ class SessionKeeper {
     ended.why = why;
     if (auto st = sb_.cgroup.Read(); st.ok()) ended.oom_kills = st->oom_kills;
     End();
+    // The sandbox's own namespaces died with it and its disk is released; the network namespace
+    // is the keeper's, shared with the sandbox, so the next session gets a new one. A network
+    // template's slot link is made once per keeper: such a keeper serves one session.
+    ended.reusable = !config_.network.enabled && EnterNewNetworkNamespace().ok();
     Send(SessionMsg::kEnded, EncodeMsg(ended));
   }
 

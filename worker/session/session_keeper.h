@@ -10,7 +10,11 @@
 // agent) and hands the agent's socket to the scheduler (SessionReady). It serves Stats while the
 // session runs, and on SessionStop, or when the sandbox dies, ends it: kills init (the pid
 // namespace takes everything with it), unmounts the disk and flushes the image, removes the
-// sandbox's cgroup, and says SessionEnded.
+// sandbox's cgroup, and says SessionEnded. Then it may serve another session (the scheduler
+// keeps it for the next start of its template, so that a resume does not wait for a keeper's
+// set-up): what it shares with a session's sandbox is its network namespace, which it replaces
+// first, and SessionEnded says whether it did (`reusable`; never for a network template, whose
+// slot link is made once per keeper).
 //
 // The keeper never reads or writes a file of the session: the disk is mounted by file
 // descriptor, and only the sandbox's own processes look inside it.

@@ -40,6 +40,7 @@ class TestHost final : public SessionHost {
     done(std::move(k));
   }
   void ReleaseSessionSlot(uint32_t) override { ++released; }
+  size_t FreeSessionSlots() const override { return free_slots; }
   void MakeDisk(const std::string& path, uint64_t bytes, const std::string&, DiskDone done) override {
     UniqueFd f(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     done(f.valid() && ::ftruncate(f.get(), static_cast<off_t>(bytes)) == 0 ? "" : "cannot make " + path, 0);
@@ -53,6 +54,7 @@ class TestHost final : public SessionHost {
 
   std::deque<ChannelPeer> keepers;  // the test's ends, in the order keepers were asked for
   uint32_t next_slot = 100;
+  size_t free_slots = 100;
   int released = 0, budget = 0;
 };
 
@@ -208,6 +210,52 @@ TEST_F(SessionsTest, AKeeperThatDiesBeforeReadyFailsTheCreateOnce) {
   auto resumed = Result("op-again");
   ASSERT_TRUE(resumed.has_value());
   EXPECT_FALSE(resumed->error.has_value()) << resumed->error->message;
+}
+
+// A stop followed by a resume costs no keeper's set-up: the keeper that ended the sandbox (and
+// said it can serve again) takes the next start; one that cannot is let go.
+TEST_F(SessionsTest, AKeeperWhoseSessionEndedServesTheNextStartUnlessItSaysItCannot) {
+  const auto kStart = static_cast<uint16_t>(SessionMsg::kStart);
+  Send(intake_, "op-create", "create", "s3", {{"idle_timeout_ms", 60000}});
+  ASSERT_EQ(FromKeeper(0).type, kStart);
+  Ready(0);
+  auto created = Result("op-create");
+  ASSERT_TRUE(created.has_value() && !created->error.has_value());
+  auto stop_and_end = [&](size_t n, bool reusable) {
+    clock_.AdvanceMs(60001);
+    sessions_->Heartbeat();
+    Frame stop = FromKeeper(n);
+    ASSERT_EQ(stop.type, static_cast<uint16_t>(SessionMsg::kStop));
+    SessionEndedMsg ended;
+    ended.why = "stopped";
+    ended.reusable = reusable;
+    ASSERT_TRUE(host_.keepers[n].Send(static_cast<uint16_t>(SessionMsg::kEnded), EncodeMsg(ended)).ok());
+    sessions_->Heartbeat();  // writes the record
+    EXPECT_TRUE(RunUntil([&] { return State("s3") == "stopped"; })) << State("s3");
+  };
+  stop_and_end(0, true);
+  EXPECT_EQ(host_.released, 0) << "its slot stays with the keeper, kept for the next start";
+  const size_t started = host_.keepers.size();  // the first and the one started ahead
+
+  std::string own = keys_.SessionStream(config_.queue, config_.consumer);
+  Send(own, "op-resume", "create", "s3");
+  Frame again = FromKeeper(0);
+  ASSERT_EQ(again.type, kStart) << "the keeper that ended it starts it again";
+  SessionStartMsg m;
+  ASSERT_TRUE(DecodeMsg(again.payload, &m).ok());
+  EXPECT_EQ(m.session, "s3");
+  Ready(0);
+  auto resumed = Result("op-resume");
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_FALSE(resumed->error.has_value()) << resumed->error->message;
+  EXPECT_EQ(host_.keepers.size(), started) << "one was still ahead: no keeper was started";
+
+  stop_and_end(0, false);
+  EXPECT_EQ(host_.released, 1) << "a keeper that cannot serve again is let go";
+  EXPECT_TRUE(RunUntil([&] {
+    char c;
+    return ::recv(host_.keepers[0].ch.fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  })) << "its channel is closed: it exits";
 }
 
 }  // namespace
