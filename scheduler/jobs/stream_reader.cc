@@ -186,6 +186,26 @@ void StreamReader::Deliver(redisReply* entries, const std::string& stream) {
   if (!out.empty()) hooks_.on_entries(std::move(out));
 }
 
+std::set<std::string> StreamReader::DeliverStreams(redisReply* r) {
+  std::set<std::string> found;
+  if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return found;  // nil: no stream had any
+  for (size_t k = 0; k < r->elements; ++k) {
+    redisReply* s = r->element[k];
+    if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 || s->element[1]->elements == 0) continue;
+    std::string key = ReplyString(s->element[0]);
+    found.insert(key);
+    Deliver(s->element[1], key);
+  }
+  return found;
+}
+
+// A multi-stream read does not say which stream lost its group: each is checked again
+// (BUSYGROUP: it had one).
+void StreamReader::RecheckGroups(const std::vector<size_t>& which) {
+  for (size_t i : which) streams_[i].group_ready = false;
+  CreateGroups();
+}
+
 // Entries delivered to this consumer name before and never acknowledged: a previous run of this
 // daemon died with them, or Redis dropped a reply. The owner's claim tells which ran. Paged from
 // the last entry seen: entries the owner holds stay pending, and a scan from 0 again would
@@ -247,24 +267,10 @@ void StreamReader::ReadWoken(const std::vector<size_t>& which) {
     for (size_t i : which) streams_[i].in_flight = false;
     if (r == nullptr || stopped_) return;
     if (r->type == REDIS_REPLY_ERROR) {
-      // Which stream lost its group is not said: each is checked again (BUSYGROUP: it had one).
-      if (ReplyString(r).rfind("NOGROUP", 0) == 0) {
-        for (size_t i : which) streams_[i].group_ready = false;
-        CreateGroups();
-      }
+      if (ReplyString(r).rfind("NOGROUP", 0) == 0) RecheckGroups(which);
       return;
     }
-    // The reply lists only the streams that had entries (nil when none had any).
-    std::set<std::string> found;
-    if (r->type == REDIS_REPLY_ARRAY) {
-      for (size_t k = 0; k < r->elements; ++k) {
-        redisReply* s = r->element[k];
-        if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 || s->element[1]->elements == 0) continue;
-        std::string key = ReplyString(s->element[0]);
-        found.insert(key);
-        Deliver(s->element[1], key);
-      }
-    }
+    std::set<std::string> found = DeliverStreams(r);
     // Empty as of every reason to look that came before this read.
     for (size_t k = 0; k < which.size(); ++k) {
       if (found.count(streams_[which[k]].spec.key) == 0) streams_[which[k]].wakes_read = wakes[k];
@@ -303,18 +309,10 @@ void StreamReader::ReadBlocking() {
     if (r == nullptr || stopped_) return;
     if (r->type == REDIS_REPLY_ERROR) {
       LogWarn("XREADGROUP failed", {{"error", ReplyString(r)}});
-      if (ReplyString(r).rfind("NOGROUP", 0) == 0) {
-        for (size_t i : read) streams_[i].group_ready = false;
-        CreateGroups();
-      }
+      if (ReplyString(r).rfind("NOGROUP", 0) == 0) RecheckGroups(read);
       return;
     }
-    if (r->type == REDIS_REPLY_ARRAY) {
-      for (size_t k = 0; k < r->elements; ++k) {
-        redisReply* s = r->element[k];
-        if (s->type == REDIS_REPLY_ARRAY && s->elements == 2) Deliver(s->element[1], ReplyString(s->element[0]));
-      }
-    }
+    DeliverStreams(r);
     Read();
   });
   if (!sent) {

@@ -120,6 +120,10 @@ class StreamReader {
   void TakeOrphanList(size_t i, redisReply* pending, const std::set<std::string>& alive);
   // Hands over `entries` (an XREADGROUP/XCLAIM entry array) of stream `stream`, skipping held ones.
   void Deliver(redisReply* entries, const std::string& stream);
+  // Hands over every stream's entries of a multi-stream XREADGROUP reply; the keys of the streams
+  // that had any (the reply names only those).
+  std::set<std::string> DeliverStreams(redisReply* r);
+  void RecheckGroups(const std::vector<size_t>& which);
 
   RedisAsync* reader_;
   RedisAsync* cmd_;
