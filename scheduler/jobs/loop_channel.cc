@@ -16,12 +16,7 @@ void LoopChannel::Open(struct event_base* base, UniqueFd fd, FrameHandler on_fra
   event_add(read_ev_, nullptr);
 }
 
-void LoopChannel::Close() {
-  if (read_ev_ != nullptr) event_free(read_ev_);
-  if (write_ev_ != nullptr) event_free(write_ev_);
-  read_ev_ = write_ev_ = nullptr;
-  channel_ = Channel();
-}
+void LoopChannel::Close() { (void)Release(); }  // the fd given back closes here
 
 UniqueFd LoopChannel::Release() {
   if (read_ev_ != nullptr) event_free(read_ev_);
