@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/job_env.h"
@@ -125,9 +126,7 @@ void Session::OnKeeperFrame(Frame& f) {
 }
 
 std::optional<SessionHost::KeeperHandle> Session::TakeEndedKeeper() {
-  auto k = std::move(ended_keeper_);
-  ended_keeper_.reset();
-  return k;
+  return std::exchange(ended_keeper_, std::nullopt);
 }
 
 void Session::Stop() {

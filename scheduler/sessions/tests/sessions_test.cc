@@ -256,6 +256,16 @@ TEST_F(SessionsTest, AKeeperWhoseSessionEndedServesTheNextStartUnlessItSaysItCan
     char c;
     return ::recv(host_.keepers[0].ch.fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
   })) << "its channel is closed: it exits";
+
+  // The next resume takes the keeper started ahead; when it ends, the host has no slot to spare
+  // beside it: one that could serve again is let go all the same.
+  Send(own, "op-resume-2", "create", "s3");
+  ASSERT_EQ(FromKeeper(1).type, kStart);
+  Ready(1);
+  ASSERT_TRUE(Result("op-resume-2").has_value());
+  host_.free_slots = 0;
+  stop_and_end(1, true);
+  EXPECT_EQ(host_.released, 2) << "kept only while every template could still start a keeper";
 }
 
 }  // namespace
