@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import msgpack
+import redis
 
 from ._drive import Cmd, Close, Listen, Op
 from ._keys import check_id, new_job_id
@@ -426,8 +427,9 @@ def _command_fields(command: Mapping[str, Any]) -> Dict[str, Any]:
 def _wait_result(keys: Any, poll_interval: float, sub: Any, op_id: str, deadline: Optional[float]) -> Op[OpResult]:
     """The operation's stored result: from its exited event (decoded once), or the result key."""
     started = time.monotonic()
+    take = False
     while True:
-        stored = yield Cmd(("GET", keys.result(op_id)))
+        stored = yield from (_take_result(keys.result(op_id)) if take else _get(keys.result(op_id)))
         if stored is not None:
             return OpResult.from_bytes(stored)
         now = time.monotonic()
@@ -446,5 +448,22 @@ def _wait_result(keys: Any, poll_interval: float, sub: Any, op_id: str, deadline
             if isinstance(ev, dict) and ev.get("type") == "exited" and isinstance(ev.get("result"), dict):
                 return OpResult.from_map(ev["result"])
             # Any other message, such as an exited event that names a large result instead of
-            # carrying it (section 16): the result key is read at once.
+            # carrying it (section 16): the result key is read at once, and a large one taken.
+            take = isinstance(ev, dict) and ev.get("type") == "exited" and "result_bytes" in ev
             break
+
+
+def _get(key: str) -> Op[Optional[bytes]]:
+    return (yield Cmd(("GET", key)))
+
+
+def _take_result(key: str) -> Op[Optional[bytes]]:
+    """A large result, read and deleted (GETDEL): it was stored for this client alone (PROTOCOL.md
+    section 16), and Redis gives the memory of a deleted one to the next instead of faulting in
+    fresh pages for each, which was most of what reading back a MiB cost.  Under an ACL that
+    allows only GET on result keys (SECURITY.md section 4 before GETDEL was listed), a GET: the
+    result then stays for its ttl, as every result did."""
+    try:
+        return (yield Cmd(("GETDEL", key)))
+    except redis.ResponseError:
+        return (yield Cmd(("GET", key)))

@@ -588,9 +588,19 @@ export class Client {
       this.followers.delete(waiter);
       sub.remove(channel, waiter);
     };
+    // Called when an exited event names a large result instead of carrying it (PROTOCOL.md section
+    // 16). The result was stored for this client alone, so it is taken (GETDEL): Redis gives the
+    // memory of a deleted result to the next one instead of faulting in fresh pages for each, which
+    // was most of what reading back a MiB cost. Under an ACL that allows only GET, a GET.
     const fetchStored = (): void => {
+      const key = this.keys.result(id);
       this.conns
-        .call(`GET result of ${id}`, (r) => r.getBuffer(this.keys.result(id)))
+        .call(`GETDEL result of ${id}`, (r) =>
+          r.getdelBuffer(key).catch((e: unknown) => {
+            if (e instanceof Error && e.name === "ReplyError") return r.getBuffer(key);
+            throw e;
+          }),
+        )
         .then((raw) => raw !== null && waiter.onStoredRaw(raw))
         .catch((e: unknown) => waiter.fail(e));
     };

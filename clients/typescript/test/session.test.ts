@@ -476,9 +476,21 @@ describe("files", () => {
     big.write("tail", big.length - 4);
     const w = await s.writeFile("/work/big.bin", big);
     assert.equal(w.size, big.length);
-    const back = await s.readFile("/work/big.bin");
-    assert.equal(back.length, big.length);
-    assert.ok(back.equals(big));
+    const admin = dep.redis.admin();
+    try {
+      const getdels = async (): Promise<number> =>
+        Number(/cmdstat_getdel:calls=(\d+)/.exec((await admin.info("commandstats")) as string)?.[1] ?? 0);
+      const taken = await getdels();
+      const back = await s.readFile("/work/big.bin");
+      assert.equal(back.length, big.length);
+      assert.ok(back.equals(big));
+      // The first piece's result (16 MiB) was large: named by its event and taken (GETDEL,
+      // PROTOCOL.md section 16), so none is left in Redis; the second's (12345 bytes) came on its event.
+      assert.equal((await getdels()) - taken, 1);
+      for (const k of await admin.keys("sandpool:result:*")) assert.ok((await admin.strlen(k)) <= 65536, k);
+    } finally {
+      admin.disconnect();
+    }
     await s.remove("/work/big.bin");
   });
 });
