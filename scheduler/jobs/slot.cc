@@ -116,8 +116,6 @@ void Slot::AcceptReady(Frame& f) {
   stdin_ = std::move(f.fds[0]);
   pipes_[0] = std::move(f.fds[1]);
   pipes_[1] = std::move(f.fds[2]);
-  for (int i = 0; i < 2; ++i) (void)SetNonBlocking(pipes_[i].get());
-  (void)SetNonBlocking(stdin_.get());
   sandbox_ready_ = true;
   failing_ = false;
   if (hooks_.on_prepared) hooks_.on_prepared(*this, static_cast<double>(m.prepare_us) / 1e6);

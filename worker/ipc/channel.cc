@@ -89,7 +89,7 @@ Status Channel::Flush() {
   return Status::Ok();
 }
 
-Status Channel::ReadSome(bool* eof, bool* would_block, int flags) {
+Status Channel::ReadSome(bool* eof, bool* would_block, int flags, bool* short_read) {
   *eof = false;
   *would_block = false;
   char buf[65536];
@@ -118,6 +118,7 @@ Status Channel::ReadSome(bool* eof, bool* would_block, int flags) {
     return Status::Ok();
   }
   in_.append(buf, static_cast<size_t>(n));
+  if (short_read != nullptr) *short_read = static_cast<size_t>(n) < sizeof buf;
   return Status::Ok();
 }
 
@@ -162,10 +163,10 @@ Result<Frame> Channel::Receive() {
 
 Status Channel::OnReadable(std::vector<Frame>* out) {
   for (;;) {
-    bool eof, would_block;
+    bool eof, would_block, short_read = false;
     // MSG_DONTWAIT: a frame that arrived in part stays buffered here, whatever the fd's mode,
     // so a reader never blocks waiting for the rest of it.
-    Status s = ReadSome(&eof, &would_block, MSG_DONTWAIT);
+    Status s = ReadSome(&eof, &would_block, MSG_DONTWAIT, &short_read);
     for (;;) {
       Frame f;
       Status err;
@@ -177,7 +178,10 @@ Status Channel::OnReadable(std::vector<Frame>* out) {
     }
     if (!s.ok()) return s;
     if (eof) return Status::Error("channel: peer closed");
-    if (would_block) return Status::Ok();
+    // A short read took all the socket held (or stopped where the next frame's fds begin): the
+    // next read would most likely say EAGAIN, one system call per wake-up for nothing. What is
+    // left, or arrives, wakes a level-triggered caller again (all of them poll or use libevent).
+    if (would_block || short_read) return Status::Ok();
   }
 }
 

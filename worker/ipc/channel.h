@@ -10,8 +10,9 @@
 // Two modes over the same framing:
 //  - blocking (keeper, spawner): Send() writes the whole frame, Receive() blocks for one frame;
 //  - non-blocking (scheduler loop): Send() queues what the socket does not take (the owner must
-//    call Flush() when the fd is writable while HasQueued()), OnReadable() drains the socket
-//    into complete frames.
+//    call Flush() when the fd is writable while HasQueued()), OnReadable() reads the socket
+//    into complete frames until it has no more or a read comes back short. Callers must be
+//    level-triggered (poll, libevent without EV_ET): what is left wakes them again.
 // OnReadable() never blocks, whatever the fd's mode (MSG_DONTWAIT), and keeps a partial frame
 // until the rest arrives, so a process that must also watch other fds (the keeper) can read
 // frames with it from a blocking socket and still send with blocking writes.
@@ -69,7 +70,7 @@ class Channel {
 
   // Blocking mode: receives one whole frame. EOF before a frame -> error with sys_errno 0.
   Result<Frame> Receive();
-  // Non-blocking mode: reads what is available and appends complete frames to `out`.
+  // Non-blocking mode: reads what is available (see above) and appends complete frames to `out`.
   // Returns an error on EOF (sys_errno 0) or a socket/protocol error; frames parsed before the
   // error are still appended.
   Status OnReadable(std::vector<Frame>* out);
@@ -84,7 +85,8 @@ class Channel {
   }
 
  private:
-  Status ReadSome(bool* eof, bool* would_block, int flags);
+  // short_read (if given): set when the read returned less than it could take.
+  Status ReadSome(bool* eof, bool* would_block, int flags, bool* short_read = nullptr);
   bool TakeFrame(Frame* f, Status* err);
 
   UniqueFd fd_;

@@ -1,6 +1,7 @@
 #include "worker/ipc/channel.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -58,6 +59,40 @@ TEST(Channel, NonBlockingReceiverAssemblesFrames) {
   a.Close();
   Status s = b.OnReadable(&frames);
   EXPECT_FALSE(s.ok());  // EOF is reported
+}
+
+// OnReadable stops at a short read (the kernel ends a read where the next frame's fds begin); a
+// caller that polls again while the socket is readable gets every frame, in order, fds included.
+TEST(Channel, APollingReaderGetsEveryFrameThoughAReadStopsShort) {
+  auto sp = MakeSocketPair(SOCK_STREAM);
+  ASSERT_TRUE(sp.ok());
+  ASSERT_TRUE(SetNonBlocking(sp->b.get()).ok());
+  Channel a(std::move(sp->a)), b(std::move(sp->b));
+  auto p = MakePipe();
+  ASSERT_TRUE(p.ok());
+  for (uint16_t i = 0; i < 6; ++i) {
+    std::vector<int> fds;
+    if (i % 2 == 0) fds = {p->write.get()};
+    ASSERT_TRUE(a.Send(i, std::string(i == 3 ? 150000 : 10, static_cast<char>('a' + i)), fds).ok());
+  }
+  a.Close();
+  std::vector<Frame> frames;
+  Status s = Status::Ok();
+  int reads = 0;
+  for (; s.ok() && reads < 100; ++reads) {
+    struct pollfd pfd = {b.fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&pfd, 1, 1000), 1);
+    s = b.OnReadable(&frames);
+  }
+  EXPECT_FALSE(s.ok());  // ends at EOF, after every frame
+  EXPECT_GT(reads, 1);   // the frames with fds did not come in one read
+  ASSERT_EQ(frames.size(), 6u);
+  for (uint16_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(frames[i].type, i);
+    EXPECT_EQ(frames[i].payload.size(), i == 3 ? 150000u : 10u);
+    EXPECT_EQ(frames[i].payload[0], static_cast<char>('a' + i));
+    EXPECT_EQ(frames[i].fds.size(), i % 2 == 0 ? 1u : 0u);
+  }
 }
 
 TEST(Channel, RejectsMalformedHeader) {
