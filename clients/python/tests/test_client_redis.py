@@ -7,6 +7,7 @@ specifies.  The daemon's side of these exchanges is covered by test_daemon.py.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
@@ -15,9 +16,10 @@ from typing import List
 import msgpack
 import pytest
 import redis
+import redis.asyncio as aioredis
 
 from conftest import RedisServer
-from sandpool import Client, ErrorInfo, Event, WaitTimeout
+from sandpool import Client, ErrorInfo, Event, WaitTimeout, _drive
 
 
 def result_map(job_id: str, **override: object) -> dict:
@@ -293,3 +295,27 @@ def test_stream_joined_midway(client: Client, redis_server: RedisServer) -> None
     got = list(it)
     t.join(5)
     assert [(e.type, e.seq, e.data) for e in got] == [("stdout", 2, b"c"), ("exited", 3, b"")]
+
+
+def test_a_large_session_result_is_taken_or_read_under_an_acl_without_getdel(redis_server: RedisServer) -> None:
+    """PROTOCOL.md section 16: a result named by its exited event is taken (GETDEL), so Redis can
+    reuse its memory; a client whose ACL allows only GET on result keys reads it and it stays."""
+    from sandpool._session_ops import _take_result
+    admin = redis_server.client()
+    admin.execute_command("ACL", "SETUSER", "getonly", "on", ">pw", "resetkeys", "-@all", "+get", "~sandpool:result:*")
+    limited = redis.Redis(unix_socket_path=redis_server.sock, username="getonly", password="pw")
+    for i, (r, taken) in enumerate(((admin, True), (limited, False))):
+        key = f"sandpool:result:big{i}"
+        admin.set(key, b"r" * 70000)
+        assert _drive.run(r, _take_result(key)) == b"r" * 70000
+        assert admin.exists(key) == (0 if taken else 1)
+
+    async def main() -> None:
+        for i, (user, taken) in enumerate(((None, True), ("getonly", False))):
+            key = f"sandpool:result:abig{i}"
+            admin.set(key, b"a" * 70000)
+            a = aioredis.Redis(unix_socket_path=redis_server.sock, username=user, password="pw" if user else None)
+            assert await _drive.arun(a, _take_result(key)) == b"a" * 70000
+            assert admin.exists(key) == (0 if taken else 1)
+            await a.aclose() if hasattr(a, "aclose") else await a.close()
+    asyncio.run(main())
