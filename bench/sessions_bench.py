@@ -71,8 +71,10 @@ def main():
     emit("code (python context) 'x + 1'", timed(n, lambda: s.run_code("x + 1")))
     # File transfer, side by side with Redis itself from the same client (issue 18): SET + GET of
     # the same bytes under one key (Redis reuses the value's memory), and under a new key each time
-    # that stays, as every operation's stored result does (Redis touches fresh memory for it; on
-    # the bench machines' VMs a page fault costs ~20 us, so that is most of what a MiB costs Redis).
+    # that stays (Redis touches fresh memory for it; on the bench machines' VMs a page fault costs
+    # ~20 us, so that is most of what a MiB costs Redis). A session's large read result used to stay
+    # for its ttl like the second; since the client takes it (GETDEL, PROTOCOL.md section 16) Redis
+    # reuses its memory like the first.
     # In a session of its own: the disk image keeps the blocks of every rewrite (the filesystem
     # inside does not give them back), and bench-main's is snapshotted below, within
     # --max-snapshot-bytes.
