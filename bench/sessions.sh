@@ -77,7 +77,7 @@ if sp and ln and sp.get("p50_ms") and ln.get("p50_ms"):
     L.append(f"| `echo hi` exec p50 <= 0.5 x LocalSandbox (no isolation) | {sp['p50_ms']:.2f} / {ln['p50_ms']:.2f} ms = {x:.2f}x | {'yes' if x <= 0.5 else '**NO**'} |")
 if st and lt and st.get("per_s") and lt.get("per_s"):
     x = st["per_s"] / lt["per_s"]
-    L.append(f"| execs/s (8 in flight) >= 2 x LocalSandbox (no isolation) | {st['per_s']:.0f} / {lt['per_s']:.0f} = {x:.2f}x | {'yes' if x >= 2 else '**NO**'} |")
+    L.append(f"| execs/s (8 in flight) >= 2 x LocalSandbox (no isolation) | {st['per_s']:.1f} / {lt['per_s']:.1f} = {x:.3f}x | {'yes' if x >= 2 else '**NO**'} |")
 if res:
     L.append(f"| resume p50 < 25 ms (100 MiB of files) | {res['p50_ms']:.2f} ms | {'yes' if res['p50_ms'] < 25 else '**NO**'} |")
 for size in (1, 16):
