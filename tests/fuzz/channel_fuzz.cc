@@ -10,7 +10,8 @@
 //                        1 + (cut - 1) % (8 + n) bytes
 //   op % 4 == 2  read    the reader runs OnReadable now (it also runs when the socket is full)
 //   op % 4 == 3  close   the peer closes its end; the script ends there
-// After the script the peer closes its end and the reader drains the socket. The fds sent are
+// After the script the peer closes its end and the reader reads until the channel reports the end
+// (as a level-triggered owner does: OnReadable stops at a short read). The fds sent are
 // write ends of pipes made once, each sent at most once per input, so a received fd is
 // identified by its inode. Properties, beyond "no crash, leak or UBSan report":
 //  - every frame the reader accepts is the next complete, well-formed frame of the byte stream
@@ -162,9 +163,12 @@ class Session {
     }
   }
 
+  // As a level-triggered owner does (every caller polls or uses libevent): read again while the
+  // socket is readable, which at EOF it always is, until the channel reports the end. OnReadable
+  // stops at a short read; each call consumes bytes or meets the end, so this ends.
   void CloseAndDrain() {
     peer_.reset();
-    Read();
+    for (size_t i = 0; !failed_ && i < (1u << 20); ++i) Read();
   }
 
   void Play(Script& script) {
