@@ -16,9 +16,10 @@
 // front of its output buffer with a memmove, after every write(). A command of B bytes over a
 // socket that takes S bytes per write() therefore moves about B²/2S bytes: a session reading back
 // a 1 MiB file (the result and its `exited` event, 2 MiB in one script call) spent 11% of the
-// daemon's CPU in that memmove, and 16 MiB took over a second. Here the written prefix stays in the buffer and an offset moves
-// on; the prefix is dropped once the buffer is all written (as hiredis does) or once it is at
-// least 1 MiB and half the buffer, so each byte is moved at most about once.
+// daemon's CPU in that memmove, and 16 MiB took over a second. Here the written prefix stays in
+// the buffer and an offset moves on; the prefix is dropped once the buffer is all written (as
+// hiredis does) or once it is at least 1 MiB and half the buffer, so each byte is moved at most
+// about once.
 //
 // Contract: REQUIRES ac freshly connected (redisAsyncConnect*) and nothing attached yet; every
 // write to the context's socket then goes through this adapter (hiredis writes an async context

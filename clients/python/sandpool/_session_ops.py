@@ -429,7 +429,8 @@ def _wait_result(keys: Any, poll_interval: float, sub: Any, op_id: str, deadline
     started = time.monotonic()
     take = False
     while True:
-        stored = yield from (_take_result(keys.result(op_id)) if take else _get(keys.result(op_id)))
+        key = keys.result(op_id)
+        stored = (yield from _take_result(key)) if take else (yield Cmd(("GET", key)))
         if stored is not None:
             return OpResult.from_bytes(stored)
         now = time.monotonic()
@@ -453,16 +454,12 @@ def _wait_result(keys: Any, poll_interval: float, sub: Any, op_id: str, deadline
             break
 
 
-def _get(key: str) -> Op[Optional[bytes]]:
-    return (yield Cmd(("GET", key)))
-
-
 def _take_result(key: str) -> Op[Optional[bytes]]:
     """A large result, read and deleted (GETDEL): it was stored for this client alone (PROTOCOL.md
     section 16), and Redis gives the memory of a deleted one to the next instead of faulting in
     fresh pages for each, which was most of what reading back a MiB cost.  Under an ACL that
-    allows only GET on result keys (SECURITY.md section 4 before GETDEL was listed), a GET: the
-    result then stays for its ttl, as every result did."""
+    allows only GET on result keys (SECURITY.md section 4's client user), a GET: the result then
+    stays for its ttl, as every result did."""
     try:
         return (yield Cmd(("GETDEL", key)))
     except redis.ResponseError:
