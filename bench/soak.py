@@ -174,7 +174,17 @@ def main() -> int:
     server = RedisServer()
     d = Daemon(server.url, workers=8, extra=["--max-workers", "16", "--python-workers", "0", "--node-workers", "0",
                                              "--log-level", "warn", "--result-ttl", str(args.result_ttl)])
-    d.start(wait_ready=server.client())
+    try:
+        d.start(wait_ready=server.client())
+        return soak(args, server, d, svg_path, out, started)
+    finally:
+        # Also after Ctrl-C or a failure: the daemon, its sandboxes and Redis do not outlive the soak.
+        d.stop()
+        d.cleanup()
+        server.stop()
+
+
+def soak(args, server: RedisServer, d: Daemon, svg_path: Path, out: Path, started: float) -> int:
     r = redis.Redis(unix_socket_path=server.sock, socket_timeout=60)
     done = {"jobs": 0, "failed": 0, "session_ops": 0, "session_failures": 0}
     stop = threading.Event()
@@ -266,9 +276,6 @@ def main() -> int:
     time.sleep(2)
     rows.append({"seconds": round(time.monotonic() - t0, 1), "jobs_done": done["jobs"], **sample(d, r)})
     svg(rows, svg_path)
-    d.stop()
-    d.cleanup()
-    server.stop()
     # Flat: the second half's maximum is not above the first half's by more than a margin
     # (RSS: allocator noise; Redis: results live for --result-ttl).
     half = len(rows) // 2
