@@ -121,14 +121,22 @@ int InitEntry(void* arg) {
       (void)!::write(fd, "1000", 4);
       ::close(fd);
     }
-    // Back into the mother's frame in sandpool_nursery_spawn, in this process's own copy of it,
-    // which returns 0 there: the interpreter carries on as the job.
+    // Back into the mother's frame in NurserySpawn, in this process's own copy of it, which
+    // returns 0 there and from NurseryServe: the interpreter carries on as the job.
     __builtin_longjmp(a->resume, 1);
   }
   if (job < 0) InitFail("clone the job: " + std::string(std::strerror(errno)));
   __atomic_store_n(&a->stack->word, 2, __ATOMIC_RELEASE);
   ::syscall(SYS_futex, &a->stack->word, FUTEX_WAKE, 1, nullptr, nullptr, 0);
   InitServe(g_config, job);
+}
+
+// The keeper's config blob (nursery_wire.h), decoded once; 0 or -EINVAL.
+int NurseryConfigure(const char* blob, size_t len) {
+  Status s = DecodeNurseryConfig(std::string_view(blob, len), &g_config, &g_seccomp);
+  if (!s.ok()) return -EINVAL;
+  Configure();
+  return 0;
 }
 
 // The keeper's 'C' message (nursery.h): a u32 length and the config; whether it was taken.
@@ -142,60 +150,9 @@ bool ReceiveConfig(int sock) {
   return ReadExact(sock, blob.data(), len).ok() && NurseryConfigure(blob.data(), len) == 0;
 }
 
-}  // namespace
-
-int NurseryConfigure(const char* blob, size_t len) {
-  Status s = DecodeNurseryConfig(std::string_view(blob, len), &g_config, &g_seccomp);
-  if (!s.ok()) return -EINVAL;
-  Configure();
-  return 0;
-}
-
-void ShellMotherInit(const SandboxConfig& config, const SeccompProgram* seccomp, bool /*fresh*/) {
-  InitSetUp(config, MountMotherFilesystems);
-  // Named for the host's tools and tests (and inherited by each sandbox's init it clones).
-  ::prctl(PR_SET_NAME, "sandpool-mother", 0, 0, 0);
-  // fds: 3 the sync pipe (done with), 4 the status pipe (InitFail's), 5 the socket to the
-  // keeper, 6-8 the mother sandbox's stdio (the keeper reads a dead mother's output there).
-  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (devnull < 0 || ::dup2(devnull, 0) != 0 || ::dup2(7, 1) != 1 || ::dup2(8, 2) != 2) InitFail("mother stdio");
-  for (int fd : {3, 6, 7, 8, devnull}) ::close(fd);
-  const int sock = 5;
-  // The mother's filter (seccomp_policy.h, NurserySeccomp), inherited by every init and job she
-  // clones; we hold CAP_SYS_ADMIN in the slot's user namespace, so no no_new_privs is needed.
-  if (seccomp != nullptr) {
-    if (int e = LoadSeccompProgram(*seccomp)) InitFail("mother seccomp: " + std::string(std::strerror(e)));
-  }
-  // Children (the sandboxes' inits) are reaped as they end: SIGCHLD is blocked but while
-  // waiting for the keeper, and wakes that wait (a handler, since an ignored signal would not).
-  sigset_t chld, waiting;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  if (::sigprocmask(SIG_BLOCK, &chld, &waiting) != 0) InitFail("sigprocmask");
-  sigdelset(&waiting, SIGCHLD);
-  struct sigaction sa = {};
-  sa.sa_handler = [](int) {};
-  if (::sigaction(SIGCHLD, &sa, nullptr) != 0) InitFail("sigaction");
-  if (::write(sock, "R", 1) != 1) ::_exit(1);
-  // The keeper's answer, as a python mother gets it (nursery.h): the config, with the job's filter.
-  if (!ReceiveConfig(sock)) InitFail("the keeper's nursery config: cut short or malformed");
-  for (;;) {
-    struct pollfd p = {sock, POLLIN, 0};
-    int n = ::ppoll(&p, 1, nullptr, &waiting);
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
-    if (n <= 0) continue;  // a child ended (EINTR)
-    char tag = 0;
-    int fds[6];
-    size_t got = 0;
-    if (!ReceiveWithFds(sock, &tag, fds, 6, &got).ok()) ::_exit(0);  // the keeper is gone
-    long pid = tag == 'N' && got == 6 ? NurserySpawn(fds, 6, sock) : -EINVAL;  // sends 'P' itself
-    for (size_t i = 0; i < got; ++i) ::close(fds[i]);
-    if (pid < 0) (void)!::write(sock, "E", 1);
-  }
-}
-
-// Not inlined: the jump buffer and the frame the job resumes in are this function's own.
+// Makes one sandbox from the keeper's six fds (nursery_mother.h, NurseryServe): returns init's pid
+// in the mother, 0 in the job's process, -errno on failure. Not inlined: the jump buffer and the
+// frame the job resumes in are this function's own.
 __attribute__((noinline)) long NurserySpawn(const int* fds, int nfds, int sock) {
   if (nfds != 6 || !g_configured) return -EINVAL;
   InitStack* stack = FreeInitStack();
@@ -206,8 +163,8 @@ __attribute__((noinline)) long NurserySpawn(const int* fds, int nfds, int sock) 
   stack->word = 1;
   int pidfd = -1;
   // init shares our memory: no page tables are copied for it. The job, which init clones,
-  // gets the only copy. Our caller holds the interpreter's lock and runs nothing until init
-  // lets us go (word 2) or dies (word 0).
+  // gets the only copy. The mother (a python mother holds the interpreter's lock throughout
+  // NurseryServe) runs nothing until init lets her go (word 2) or dies (word 0).
   long pid = ::clone(InitEntry, static_cast<char*>(stack->base) + kInitStackBytes,
                      CLONE_VM | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD |
                          CLONE_CHILD_CLEARTID | SIGCHLD,
@@ -224,6 +181,60 @@ __attribute__((noinline)) long NurserySpawn(const int* fds, int nfds, int sock) 
   ::close(pidfd);
   FutexWaitWhile(&stack->word, 1);
   return pid;
+}
+
+}  // namespace
+
+void ShellMotherInit(const SandboxConfig& config, const SeccompProgram* seccomp, bool /*fresh*/) {
+  InitSetUp(config, MountMotherFilesystems);
+  // Named for the host's tools and tests (and inherited by each sandbox's init it clones).
+  ::prctl(PR_SET_NAME, "sandpool-mother", 0, 0, 0);
+  // fds: 3 the sync pipe (done with), 4 the status pipe (InitFail's), 5 the socket to the
+  // keeper, 6-8 the mother sandbox's stdio (the keeper reads a dead mother's output there).
+  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull < 0 || ::dup2(devnull, 0) != 0 || ::dup2(7, 1) != 1 || ::dup2(8, 2) != 2) InitFail("mother stdio");
+  for (int fd : {3, 6, 7, 8, devnull}) ::close(fd);
+  const int sock = 5;
+  // The mother's filter (seccomp_policy.h, NurserySeccomp), inherited by every init and job she
+  // clones; we hold CAP_SYS_ADMIN in the slot's user namespace, so no no_new_privs is needed.
+  if (seccomp != nullptr) {
+    if (int e = LoadSeccompProgram(*seccomp)) InitFail("mother seccomp: " + std::string(std::strerror(e)));
+  }
+  if (::write(sock, "R", 1) != 1) ::_exit(1);
+  // A shell sandbox's init never returns into this frame (it starts the stub and serves it), so
+  // NurseryServe returns only when the keeper is gone or sent no usable config.
+  if (NurseryServe(sock) == -EINVAL) InitFail("the keeper's nursery config: cut short or malformed");
+  ::_exit(0);
+}
+
+long NurseryServe(int sock) {
+  // Children (the sandboxes' inits) are reaped as they end: SIGCHLD is blocked but while
+  // waiting for the keeper, and wakes that wait (a handler, since an ignored signal would not).
+  // The job's process resets both (StubPrologue) before it returns from here.
+  sigset_t chld, waiting;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  if (::sigprocmask(SIG_BLOCK, &chld, &waiting) != 0) return -errno;
+  sigdelset(&waiting, SIGCHLD);
+  struct sigaction sa = {};
+  sa.sa_handler = [](int) {};
+  if (::sigaction(SIGCHLD, &sa, nullptr) != 0) return -errno;
+  if (!ReceiveConfig(sock)) return -EINVAL;
+  for (;;) {
+    struct pollfd p = {sock, POLLIN, 0};
+    int n = ::ppoll(&p, 1, nullptr, &waiting);
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    if (n <= 0) continue;  // a child ended (EINTR)
+    char tag = 0;
+    int fds[6];
+    size_t got = 0;
+    if (!ReceiveWithFds(sock, &tag, fds, 6, &got).ok()) return -EPIPE;  // the keeper is gone
+    long pid = tag == 'N' && got == 6 ? NurserySpawn(fds, 6, sock) : -EINVAL;  // sends 'P' itself
+    if (pid == 0) return 0;  // the job's process, confined (its fds are already its own)
+    for (size_t i = 0; i < got; ++i) ::close(fds[i]);
+    if (pid < 0) (void)!::write(sock, "E", 1);
+  }
 }
 
 }  // namespace sandpool

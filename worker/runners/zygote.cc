@@ -61,68 +61,32 @@ def _sandpool_preload():
     g.update(errno=errno, gc=gc, json=json, types=types, traceback=traceback, _signal=_signal, atexit=atexit)
     g["_sandpool_scan"] = json.decoder.JSONDecoder().scan_once
 def _sandpool_mother():
-    import ctypes, gc, signal, socket, struct
+    import ctypes, gc
     gc.disable()
     lib = ctypes.PyDLL("/proc/self/fd/4")
     os.close(4)
-    sock = socket.socket(fileno=3)
-    sock.sendall(b"R")
-    def recv_exact(n):
-        b = b""
-        while len(b) < n:
-            c = sock.recv(n - len(b))
-            if not c:
-                os._exit(0)
-            b += c
-        return b
-    hdr = recv_exact(5)
-    if hdr[:1] != b"C":
-        os._exit(2)
-    blob = recv_exact(struct.unpack("=I", hdr[1:])[0])
-    if lib.sandpool_nursery_configure(blob, len(blob)) != 0:
-        os._exit(2)
-    def reap(signum, frame):
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-    signal.signal(signal.SIGCHLD, reap)
-    fds = (ctypes.c_int * 6)()
+    serve = lib.sandpool_nursery_serve
+    serve.restype = ctypes.c_long
     after_fork = ctypes.pythonapi.PyOS_AfterFork_Child
+    os.write(3, b"R")
     # Copy-on-write discipline: every job's process shares this heap, and each page a job
     # writes is copied for it. No collection from here on touches the mother's objects
-    # (frozen), and the job's process turns collection back on for its own.
+    # (frozen), and the job's process turns collection back on for its own. The mother's own
+    # loop (the keeper's config, then a sandbox per message) is the library's, in C, and writes
+    # next to nothing of this heap between two jobs.
     gc.collect()
     gc.freeze()
-    while True:
-        msg, got, _, _ = socket.recv_fds(sock, 1, 6)
-        if not msg:
-            os._exit(0)
-        if msg != b"N" or len(got) != 6:
-            for fd in got:
-                os.close(fd)
-            sock.sendall(b"E")
-            continue
-        for i, fd in enumerate(got):
-            fds[i] = fd
-        pid = lib.sandpool_nursery_spawn(fds, 6, 3)  # sends the keeper 'P' itself
-        if pid == 0:
-            after_fork()
-            sock.detach()
-            gc.enable()
-            # The dispositions a fresh python3 has (the job's confinement reset them all).
-            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
-            _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
-            _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)
-            return
-        for fd in got:
-            os.close(fd)
-        if pid < 0:
-            sock.sendall(b"E")
+    r = serve(3)
+    if r != 0:
+        os._exit(2 if r == -errno.EINVAL else 0)  # no usable config, or the keeper is gone
+    # The job's process, confined, in its own copy of the mother's memory.
+    after_fork()
+    gc.enable()
+    # The dispositions a fresh python3 has (the job's confinement reset them all).
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
+    _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)
 def _sandpool_zygote():
     os.set_inheritable(3, False)
     # A rehearsal of what every job does (decode the job, compile, run, write, flush), while the
