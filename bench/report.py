@@ -200,6 +200,7 @@ def main():
       "with `taskset -c 0` for the run.")
     w("")
     wf = {f: find(rows, "python3-warm-fork", "none", "throughput", inflight=f) for f in (8, 64)}
+    wf_settled = find(rows, "python3-warm-fork", "settled", "throughput", inflight=8)
     spawn_echo = find(rows, "posix_spawn", mode="throughput", command_prefix="/bin/echo")
     node_cold = find(rows, "node", mode="throughput")
     node_cold_run = find(rows, "node", mode="per_run")
@@ -237,6 +238,10 @@ def main():
     rt = val(tp.get(("echo", 64)), "redis_daemon_round_trips_per_job")
     w(f"| Redis round trips per job, `echo` x64 (daemon side, INFO commandstats) | {fmt(rt)} | | | <= 3 | "
       f"{verdict(None if rt is None else rt <= 3)} |")
+    ws = r_(val(tp.get(("py", 8)), "per_s"), val(wf_settled, "per_s"))
+    w(f"| Python `print(1)` jobs/s x8 vs a *settled* warm fork x8 (its parent ran the snippet's path 30 times "
+      f"before forking, as sandpool's mother runs a job's; not the issue's floor, reported beside it) | "
+      f"{fmt(val(tp.get(('py', 8)), 'per_s'))} | {fmt(val(wf_settled, 'per_s'))} jobs/s | {fmt(ws)}x | (reported) | – |")
     pym = mem.get("python")
     pss = val(pym, "sandbox_pss_mib") if pym else None
     w(f"| warm Python sandbox memory (PSS, MiB) | {fmt(pss)} | | | <= 6 | {verdict(None if pss is None else pss <= 6)} |")
@@ -248,6 +253,7 @@ def main():
     for label, r, floor_label, fr in (
             ("`echo hi`", tp.get(("echo", 8)), "posix_spawn /bin/echo", spawn_echo),
             ("python `print(1)`", tp.get(("py", 8)), "warm fork", wf[8]),
+            ("python `print(1)`", tp.get(("py", 8)), "settled warm fork", wf_settled),
             ("python `print(1)`", tp.get(("py", 8)), "cold python3 -c", py_cold_tp),
             ("node `console.log(1)`", node_tp, "cold node -e", node_cold)):
         mine, floor = cpu_sp(r), val(fr, "cpu_ms_per_job_peer")

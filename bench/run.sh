@@ -257,6 +257,11 @@ fi
 log "floor: warm python3 forking a child per print(1), x8 and x64 (N=$PY_FLOOR_N)"
 "$PY" "$BENCH_DIR/peers/warm_fork.py" --n "$PY_FLOOR_N" --inflight 8,64 >> "$RESULTS" 2> >(tee -a "$OUT/bench.log" >&2) \
   || not_measured python3-warm-fork none throughput "print(1)" "bench/peers/warm_fork.py failed (bench/out/bench.log)"
+# The same fork server with its children's path settled in the parent first, as sandpool's python
+# mother settles a job's (worker/runners/zygote.cc): reported beside the floor, not instead.
+log "floor, settled: the same, its parent having run the snippet's path 30 times first, x8"
+"$PY" "$BENCH_DIR/peers/warm_fork.py" --n "$PY_FLOOR_N" --inflight 8 --settle 30 >> "$RESULTS" 2> >(tee -a "$OUT/bench.log" >&2) \
+  || not_measured python3-warm-fork settled throughput "print(1)" "bench/peers/warm_fork.py --settle failed (bench/out/bench.log)"
 
 # ---- 4. CPU profiles (perf, software clock, whole machine, call graphs) --------------------------
 # Two profiled runs: echo x8 throughput, and python print(1) x8 throughput.
