@@ -31,7 +31,6 @@ namespace {
 // Decoded once, when the keeper sends the config; read by every init and job after that.
 SandboxConfig g_config;
 SeccompProgram g_seccomp;
-bool g_configured = false;
 // A shell template's: what each sandbox's stub execs (its warm shell). Empty for python, whose
 // job's process is a copy of the mother's interpreter instead.
 std::vector<std::string> g_stub_command;
@@ -40,7 +39,6 @@ void Configure() {
   const RuntimeInfo* r = TemplateRuntime(g_config.runtime);
   g_stub_command.clear();
   if (r != nullptr && r->shell) g_stub_command = ZygoteCommand(*r);
-  g_configured = true;
 }
 
 // An init's stack. init shares the mother's memory (CLONE_VM), so its stack is the mother's
@@ -150,11 +148,10 @@ bool ReceiveConfig(int sock) {
   return ReadExact(sock, blob.data(), len).ok() && NurseryConfigure(blob.data(), len) == 0;
 }
 
-// Makes one sandbox from the keeper's six fds (nursery_mother.h, NurseryServe): returns init's pid
-// in the mother, 0 in the job's process, -errno on failure. Not inlined: the jump buffer and the
-// frame the job resumes in are this function's own.
-__attribute__((noinline)) long NurserySpawn(const int* fds, int nfds, int sock) {
-  if (nfds != 6 || !g_configured) return -EINVAL;
+// Makes one sandbox from the keeper's six fds (nursery_mother.h, NurseryServe, which calls it only
+// once configured): returns init's pid in the mother, 0 in the job's process, -errno on failure.
+// Not inlined: the jump buffer and the frame the job resumes in are this function's own.
+__attribute__((noinline)) long NurserySpawn(const int (&fds)[6], int sock) {
   InitStack* stack = FreeInitStack();
   if (stack == nullptr) return -EAGAIN;
   void* resume[5] = {};
@@ -202,9 +199,11 @@ void ShellMotherInit(const SandboxConfig& config, const SeccompProgram* seccomp,
   }
   if (::write(sock, "R", 1) != 1) ::_exit(1);
   // A shell sandbox's init never returns into this frame (it starts the stub and serves it), so
-  // NurseryServe returns only when the keeper is gone or sent no usable config.
-  if (NurseryServe(sock) == -EINVAL) InitFail("the keeper's nursery config: cut short or malformed");
-  ::_exit(0);
+  // NurseryServe returns only in the mother, with nothing more to serve.
+  long r = NurseryServe(sock);
+  if (r == -EINVAL) InitFail("the keeper's nursery config: cut short or malformed");
+  if (r != -EPIPE) InitFail("mother signals: " + std::string(std::strerror(static_cast<int>(-r))));
+  ::_exit(0);  // the keeper is gone
 }
 
 long NurseryServe(int sock) {
@@ -230,7 +229,7 @@ long NurseryServe(int sock) {
     int fds[6];
     size_t got = 0;
     if (!ReceiveWithFds(sock, &tag, fds, 6, &got).ok()) return -EPIPE;  // the keeper is gone
-    long pid = tag == 'N' && got == 6 ? NurserySpawn(fds, 6, sock) : -EINVAL;  // sends 'P' itself
+    long pid = tag == 'N' && got == 6 ? NurserySpawn(fds, sock) : -EINVAL;  // sends 'P' itself
     if (pid == 0) return 0;  // the job's process, confined (its fds are already its own)
     for (size_t i = 0; i < got; ++i) ::close(fds[i]);
     if (pid < 0) (void)!::write(sock, "E", 1);

@@ -105,7 +105,7 @@ def _sandpool_mother():
     gc.freeze()
     r = serve(3)
     if r != 0:
-        os._exit(2 if r == -errno.EINVAL else 0)  # no usable config, or the keeper is gone
+        os._exit(0 if r == -errno.EPIPE else 2)  # the keeper is gone; else no usable config, or signals
     # The job's process, confined, in its own copy of the mother's memory.
     after_fork()
     gc.enable()
