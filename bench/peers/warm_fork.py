@@ -38,7 +38,13 @@ def pct(xs, p):
     return xs[k]
 
 
-def run(code, n, k):
+def snippet(code):
+    """The child's path: compile and run the snippet, flush its output."""
+    exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
+    sys.stdout.flush()
+
+
+def run(code, n, k, settle):
     devnull = os.open("/dev/null", os.O_WRONLY)
     running = {}
     samples = []
@@ -51,8 +57,7 @@ def run(code, n, k):
             if pid == 0:
                 try:
                     os.dup2(devnull, 1)
-                    exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
-                    sys.stdout.flush()
+                    snippet(code)
                     os._exit(0)
                 except BaseException:
                     os._exit(1)
@@ -68,18 +73,14 @@ def run(code, n, k):
         finished += 1
     wall, cpu = time.monotonic() - t0, cpu_us() - c0
     os.close(devnull)
-    return {"system": "python3-warm-fork", "variant": "settled" if SETTLED else "none", "mode": "throughput",
+    return {"system": "python3-warm-fork", "variant": "settled" if settle else "none", "settle": settle, "mode": "throughput",
             "command": code, "measured": True, "inflight": k, "n": finished, "errors": errors, "lost": 0,
             "p50_ms": pct(samples, 50), "p90_ms": pct(samples, 90), "p99_ms": pct(samples, 99),
             "max_ms": pct(samples, 100), "wall_s": wall, "per_s": finished / wall,
             "cpu_ms_per_job_peer": cpu / 1000 / finished}
 
 
-SETTLED = False
-
-
 def main():
-    global SETTLED
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=600)
     ap.add_argument("--warmup", type=int, default=50)
@@ -92,22 +93,20 @@ def main():
                          "0 (the default) is the floor as issue 18 states it")
     a = ap.parse_args()
     gc.disable()
-    SETTLED = a.settle > 0
     if a.settle:
         devnull, saved = os.open("/dev/null", os.O_WRONLY), os.dup(1)
         sys.stdout.flush()
         os.dup2(devnull, 1)
         for _ in range(a.settle):
-            exec(compile(a.code, "<string>", "exec"), {"__name__": "__main__"})
-            sys.stdout.flush()
+            snippet(a.code)
         os.dup2(saved, 1)
         os.close(saved)
         os.close(devnull)
     gc.collect()
     gc.freeze()
     for k in (int(x) for x in a.inflight.split(",")):
-        run(a.code, a.warmup, k)
-        m = run(a.code, a.n, k)
+        run(a.code, a.warmup, k, a.settle)
+        m = run(a.code, a.n, k, a.settle)
         print(json.dumps(m), flush=True)
         print(f"python3-warm-fork throughput [{a.code}] x{k}  n={m['n']}  p50 {m['p50_ms']:.3f} ms  "
               f"{m['per_s']:.1f} /s  cpu {m['cpu_ms_per_job_peer']:.3f} ms/job", file=sys.stderr)
