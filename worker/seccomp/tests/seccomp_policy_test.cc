@@ -350,15 +350,17 @@ TEST(SeccompWorkloads, NodeIoUringFallbackWorkersChildProcess) {
   const char* script =
       "const fs=require('fs'), cp=require('child_process'), os=require('os');"
       "const {Worker}=require('worker_threads');"
-      "fs.writeFileSync('/tmp/sandpool-seccomp-node.txt','abc');"
-      "fs.readFile('/tmp/sandpool-seccomp-node.txt','utf8',(e,d)=>{"
+      // A file of its own: ctest runs this case for both filters at once (nursery.*).
+      "const f='/tmp/sandpool-seccomp-node-'+process.pid+'.txt';"
+      "fs.writeFileSync(f,'abc');"
+      "fs.readFile(f,'utf8',(e,d)=>{"
       "  if(e) throw e; console.log('read', d);"
       "  fs.promises.stat('/tmp').then(s=>{"
       "    console.log('dir', s.isDirectory());"
       "    console.log(cp.execSync('echo child').toString().trim());"
       "    console.log('ifaces', typeof os.networkInterfaces());"
       "    const w=new Worker('require(\"worker_threads\").parentPort.postMessage(42)',{eval:true});"
-      "    w.on('message',m=>{console.log('worker',m); fs.unlinkSync('/tmp/sandpool-seccomp-node.txt');});"
+      "    w.on('message',m=>{console.log('worker',m); fs.unlinkSync(f);});"
       "  });"
       "});";
   for (const char* uring : {"UV_USE_IO_URING=1", "UV_USE_IO_URING=0"}) {
