@@ -3,8 +3,8 @@
 daemon idles with its pools full). Standard library only; needs root (smaps_rollup of other uids).
 
 Sandbox processes run as host uids uid_base .. uid_base + 2 * slots - 1 (2 per slot): the even uid
-is the sandbox's init (comm `sandpool-spawner`; for python, also the slot's nursery mother, whose
-address space the sandbox's init shares and which is counted once), the odd one the warm zygote:
+is the sandbox's init (comm `sandpool-spawner`; for python, sh and bash, also the slot's nursery
+mother, whose address space the sandbox's init shares and which is counted once), the odd one the warm zygote:
 `/bin/sh -c ...` (template default), `/usr/bin/python3 -c ...` (python), `/usr/bin/node -e ...`
 (node). Each init is the child of a host-side keeper (root, comm `sandpoold`), reported apart.
 
@@ -105,7 +105,7 @@ def main():
         except OSError:
             return None
 
-    # A python sandbox's init shares its nursery mother's memory (CLONE_VM, worker/runners/nursery.h): the
+    # A nursery sandbox's init shares its nursery mother's memory (CLONE_VM, worker/runners/nursery.h): the
     # same address space, whose figures /proc shows for each of them. Counted once per slot.
     for slot, s in slots.items():
         seen, keep = set(), []

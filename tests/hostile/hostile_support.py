@@ -169,7 +169,8 @@ def _cmdline(pid: int) -> bytes:
 def _is_nursery(pid: int) -> bool:
     """A template's nursery mother, or the init of a sandbox it cloned (worker/runners/nursery.h):
     for python both run the interpreter as the slot's sandbox root, with "mother" as their last
-    argument; for a shell template both are named sandpool-mother."""
+    argument; for a shell template both are named sandpool-mother (the mother runs the warm shell
+    with the nursery library preloaded, and names herself so)."""
     try:
         return (Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").endswith(b"\0mother")
                 or Path(f"/proc/{pid}/comm").read_text().strip() == "sandpool-mother")
@@ -302,11 +303,10 @@ class Pool:
     def leftover_processes(self) -> List[str]:
         """Processes of finished jobs. An idle slot holds exactly one init (sandbox root's uid)
         and one stub or warm interpreter (the job uid) whose exe is sandpoold or an interpreter;
-        a python slot with a nursery also holds its mother and that mother's init, so its
+        a slot with a nursery (python, sh, bash) also holds its mother and that mother's init, so its
         sandbox root's uid may have two nursery processes (the mother, the ready sandbox's init)
         beside the mother's init. A mother's ready sandbox is her only child among them: a second
-        one is an init that outlived its job (for a shell template the mother is herself the
-        init of the slot's first sandbox, named like the inits she clones). Anything else in the
+        one is an init that outlived its job. Anything else in the
         uid range (a second process of a slot's job uid, any other program) outlived its job."""
         procs = self.sandbox_processes()
         per_uid: Dict[int, List[int]] = {}

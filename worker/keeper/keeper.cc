@@ -65,16 +65,15 @@ Status SetUpKeeper(const KeeperArgs& a, SlotCgroup* cgroup, UniqueFd* loop_contr
 class Keeper {
  public:
   // `nursery_seccomp`: the mothers' filters, given exactly when the slot's sandboxes come from a
-  // mother (KeeperMain decides: python with `nursery_lib`, or a shell nursery).
+  // mother (KeeperMain decides: with `nursery_lib`).
   Keeper(const KeeperArgs& a, Channel channel, SlotCgroup cgroup, SeccompProgram seccomp, UniqueFd nursery_lib,
          std::optional<NurserySeccomp> nursery_seccomp)
       : a_(a), ch_(std::move(channel)), cgroup_(std::move(cgroup)), seccomp_(std::move(seccomp)),
         nursery_lib_(std::move(nursery_lib)) {
     runtime_ = TemplateRuntime(a.config.runtime);
     if (runtime_ != nullptr) stub_command_ = ZygoteCommand(*runtime_);
-    if (nursery_lib_) stub_command_ = NurseryMotherCommand();
+    if (nursery_lib_) stub_command_ = NurseryMotherCommand(*runtime_);
     nursery_ = nursery_seccomp.has_value();
-    shell_nursery_ = nursery_ && !nursery_lib_;
     if (nursery_) {
       nursery_seccomp_ = std::move(*nursery_seccomp);
       // Each mother's sandboxes load the job's filter over hers (seccomp_policy.h).
@@ -123,9 +122,7 @@ class Keeper {
       auto mcg = cgroup_.NewSandbox("mother-" + std::to_string(gen_));
       if (!mcg.ok()) return mcg.status().Prefixed("nursery mother cgroup");
       const SeccompProgram* filter = &nursery_seccomp_.mother;
-      auto m = shell_nursery_
-                   ? PrepareMotherSandbox(a_.config, a_.slot, std::move(mcg.value()), filter, ShellMotherInit)
-                   : PrepareSandbox(a_.config, a_.slot, std::move(mcg.value()), filter, stub_command_, nursery_lib_.get());
+      auto m = PrepareSandbox(a_.config, a_.slot, std::move(mcg.value()), filter, stub_command_, nursery_lib_.get());
       if (!m.ok()) return m.status().Prefixed("nursery mother");
       mother_ = std::move(m.value());
       mother_.stdin_w.reset();
@@ -457,9 +454,8 @@ class Keeper {
   SlotCgroup cgroup_;
   SeccompProgram seccomp_;
   NurserySeccomp nursery_seccomp_;
-  UniqueFd nursery_lib_;        // set: python sandboxes come from the slot's nursery mother
+  UniqueFd nursery_lib_;        // set: the slot's sandboxes come from its nursery mother
   bool nursery_ = false;  // the slot's sandboxes come from its mother (nursery.h)
-  bool shell_nursery_ = false;  // shell sandboxes come from the slot's shell mother (nursery_mother.h)
   std::string nursery_config_;  // what the mother is told at its start
   Sandbox mother_;              // the nursery mother's sandbox (its stub socket is the mother's)
   Sandbox sb_;
@@ -499,7 +495,7 @@ void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
   if (args.session) SessionKeeperMain(args.config, args.slot, std::move(ch), std::move(cgroup), std::move(seccomp.value()), std::move(loop_control));
   // Decided here, once: the slot's sandboxes come from a mother (nursery.h), or each is made alone.
   std::optional<NurserySeccomp> nursery_seccomp;
-  if (nursery_lib || ShellNurseryApplies(args.config)) {
+  if (nursery_lib) {
     auto n = BuildNurserySeccomp();
     if (!n.ok()) {
       LogError("seccomp policy failed to build", {{"error", n.status().message()}});

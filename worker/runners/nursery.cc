@@ -50,17 +50,14 @@ UniqueFd OpenNurseryLibrary() {
 }
 
 bool NurseryApplies(const SandboxConfig& config) {
-  return config.runtime == "python" && config.root_dir.empty() && !config.layer_writable;
-}
-
-bool ShellNurseryApplies(const SandboxConfig& config) {
   const RuntimeInfo* r = FindRuntime(config.runtime);
-  return !SANDPOOL_ASAN && r != nullptr && r->shell && config.root_dir.empty() && !config.layer_writable;
+  return !SANDPOOL_ASAN && r != nullptr && (r->shell || r->name == "python") && config.root_dir.empty() &&
+         !config.layer_writable;
 }
 
-std::vector<std::string> NurseryMotherCommand() {
-  std::vector<std::string> command = ZygoteCommand(*FindRuntime("python"));
-  command.push_back("mother");
+std::vector<std::string> NurseryMotherCommand(const RuntimeInfo& r) {
+  std::vector<std::string> command = ZygoteCommand(r);
+  if (!r.shell) command.push_back("mother");  // python's zygote, in its mother mode
   return command;
 }
 

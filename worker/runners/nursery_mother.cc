@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <poll.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,7 +20,6 @@
 #include "common/syscalls.h"
 #include "worker/runners/nursery_wire.h"
 #include "worker/runners/zygote.h"
-#include "worker/sandbox/rootfs.h"
 #include "worker/sandbox/sandbox_init.h"
 
 namespace sandpool {
@@ -29,16 +27,23 @@ namespace sandpool {
 namespace {
 
 // Decoded once, when the keeper sends the config; read by every init and job after that.
-SandboxConfig g_config;
-SeccompProgram g_seccomp;
-// A shell template's: what each sandbox's stub execs (its warm shell). Empty for python, whose
-// job's process is a copy of the mother's interpreter instead.
-std::vector<std::string> g_stub_command;
+// Made on first use and never destroyed, not static objects: a shell mother serves from the
+// library's constructor (nursery_lib.cc), which runs before the library's static initializers
+// would have, and a job's process should not destroy her state when it exits.
+SandboxConfig& Config() {
+  static SandboxConfig* config = new SandboxConfig;
+  return *config;
+}
+SeccompProgram& Seccomp() {
+  static SeccompProgram* seccomp = new SeccompProgram;
+  return *seccomp;
+}
+// A shell template's mother (nursery_lib.cc): her job's process hands the keeper its script pipe.
+bool g_shell = false;
 
 void Configure() {
-  const RuntimeInfo* r = TemplateRuntime(g_config.runtime);
-  g_stub_command.clear();
-  if (r != nullptr && r->shell) g_stub_command = ZygoteCommand(*r);
+  const RuntimeInfo* r = TemplateRuntime(Config().runtime);
+  g_shell = r != nullptr && r->shell;
 }
 
 // An init's stack. init shares the mother's memory (CLONE_VM), so its stack is the mother's
@@ -91,16 +96,7 @@ int InitEntry(void* arg) {
   // The interpreter's handlers are the mother's, and would write into the interpreter's state.
   if (ResetSignals() != 0) ::_exit(126);
   if (ArrangeFds(a->fds, 6) != 0) ::_exit(126);  // its status pipe is not in place
-  InitSetUp(g_config);
-  if (!g_stub_command.empty()) {
-    // A shell template: the stub, exactly as a keeper's init starts it (sharing our memory, and
-    // so the mother's, until it has exec'd the warm shell; we are suspended meanwhile), then
-    // the mother may run again.
-    pid_t stub = StartStub(g_config, &g_seccomp, g_stub_command);
-    __atomic_store_n(&a->stack->word, 2, __ATOMIC_RELEASE);
-    ::syscall(SYS_futex, &a->stack->word, FUTEX_WAKE, 1, nullptr, nullptr, 0);
-    InitServe(g_config, stub);
-  }
+  InitSetUp(Config());
   // The job: the one copy of the interpreter's memory this sandbox makes. A raw clone, not
   // fork(): glibc's fork would run the interpreter's at-fork handlers in memory still shared.
   pid_t job = static_cast<pid_t>(::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0));
@@ -111,7 +107,13 @@ int InitEntry(void* arg) {
     }
     const int sock = 5;
     if (ArrangeFds(&sock, 1) != 0) ::_exit(126);
-    StubPrologue(g_config, &g_seccomp);
+    StubPrologue(Config(), &Seccomp());
+    if (g_shell) {
+      // What the stub does before it execs a warm shell (sandbox_init.cc): the script pipe, and
+      // the shell starts in /work (the zygote then changes to the job's directory).
+      HandOverScriptPipe();
+      if (::chdir("/work") != 0) ::_exit(126);
+    }
     // The OOM killer's first choice in the sandbox: at the same setting it would take init,
     // whose resident size is the mother's (it shares her memory), and with it the mother. This
     // process has its own memory now and is dumpable (StubPrologue), so the setting is its own.
@@ -126,12 +128,12 @@ int InitEntry(void* arg) {
   if (job < 0) InitFail("clone the job: " + std::string(std::strerror(errno)));
   __atomic_store_n(&a->stack->word, 2, __ATOMIC_RELEASE);
   ::syscall(SYS_futex, &a->stack->word, FUTEX_WAKE, 1, nullptr, nullptr, 0);
-  InitServe(g_config, job);
+  InitServe(Config(), job);
 }
 
 // The keeper's config blob (nursery_wire.h), decoded once; 0 or -EINVAL.
 int NurseryConfigure(const char* blob, size_t len) {
-  Status s = DecodeNurseryConfig(std::string_view(blob, len), &g_config, &g_seccomp);
+  Status s = DecodeNurseryConfig(std::string_view(blob, len), &Config(), &Seccomp());
   if (!s.ok()) return -EINVAL;
   Configure();
   return 0;
@@ -181,30 +183,6 @@ __attribute__((noinline)) long NurserySpawn(const int (&fds)[6], int sock) {
 }
 
 }  // namespace
-
-void ShellMotherInit(const SandboxConfig& config, const SeccompProgram* seccomp, bool /*fresh*/) {
-  InitSetUp(config, MountMotherFilesystems);
-  // Named for the host's tools and tests (and inherited by each sandbox's init it clones).
-  ::prctl(PR_SET_NAME, "sandpool-mother", 0, 0, 0);
-  // fds: 3 the sync pipe (done with), 4 the status pipe (InitFail's), 5 the socket to the
-  // keeper, 6-8 the mother sandbox's stdio (the keeper reads a dead mother's output there).
-  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (devnull < 0 || ::dup2(devnull, 0) != 0 || ::dup2(7, 1) != 1 || ::dup2(8, 2) != 2) InitFail("mother stdio");
-  for (int fd : {3, 6, 7, 8, devnull}) ::close(fd);
-  const int sock = 5;
-  // The mother's filter (seccomp_policy.h, NurserySeccomp), inherited by every init and job she
-  // clones; we hold CAP_SYS_ADMIN in the slot's user namespace, so no no_new_privs is needed.
-  if (seccomp != nullptr) {
-    if (int e = LoadSeccompProgram(*seccomp)) InitFail("mother seccomp: " + std::string(std::strerror(e)));
-  }
-  if (::write(sock, "R", 1) != 1) ::_exit(1);
-  // A shell sandbox's init never returns into this frame (it starts the stub and serves it), so
-  // NurseryServe returns only in the mother, with nothing more to serve.
-  long r = NurseryServe(sock);
-  if (r == -EINVAL) InitFail("the keeper's nursery config: cut short or malformed");
-  if (r != -EPIPE) InitFail("mother signals: " + std::string(std::strerror(static_cast<int>(-r))));
-  ::_exit(0);  // the keeper is gone
-}
 
 long NurseryServe(int sock) {
   // Children (the sandboxes' inits) are reaped as they end: SIGCHLD is blocked but while

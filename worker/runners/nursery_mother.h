@@ -9,9 +9,9 @@
 
 namespace sandpool {
 
-// NurseryServe, in a mother (a python mother calls it through the library's C interface,
-// nursery_lib.cc, once her interpreter is ready and she has said 'R'; a shell template's mother
-// from ShellMotherInit): takes the keeper's config ('C', nursery.h) on `sock`, her socket to the
+// NurseryServe, in a mother, once her interpreter is ready and she has said 'R' (a python mother
+// calls it through the library's C interface, a shell's from the library's constructor; both in
+// nursery_lib.cc): takes the keeper's config ('C', nursery.h) on `sock`, her socket to the
 // keeper, then serves its 'N' messages, each one sandbox, and reaps the sandboxes' inits (her
 // children) as they end. Her per-job work is this loop, in C: each page she writes between two
 // jobs is a copy-on-write fault, since her memory is shared with the jobs' copies (the loop she
@@ -20,25 +20,15 @@ namespace sandpool {
 // mother's memory* (CLONE_VM, on a stack of its own; no page tables copied), with the keeper's
 // six fds as its 3-8, and the mother sends the keeper 'P' + init's pidfd ('E' if it could not be
 // cloned). init then sets the sandbox up like every init (InitSetUp, while the mother waits: they
-// share one heap) and, for python, clones the job's process (the one copy of the interpreter's
-// memory), confines it (StubPrologue, which also resets the signals this loop set) and lets the
-// mother go; from then on init only reaps and reports (InitServe, which allocates nothing). A
-// shell sandbox's init starts the stub instead (ShellMotherInit).
-// Returns 0 in each python job's process (which resumes in the mother's frame, in its own copy
-// of her memory, and carries on in the interpreter); in the mother only -EINVAL (no usable
+// share one heap), clones the job's process (the one copy of the interpreter's memory), confines
+// it (StubPrologue, which also resets the signals this loop set; for a shell, also its script
+// pipe, HandOverScriptPipe, and /work as its directory) and lets the mother go; from then on init
+// only reaps and reports (InitServe, which allocates nothing).
+// Returns 0 in each job's process (which resumes in the mother's frame, in its own copy of her
+// memory, and carries on in the interpreter); in the mother only -EINVAL (no usable
 // config), -EPIPE (the keeper is gone) or another -errno (signals could not be set), after which
 // she exits. The job never shares writable memory with init or the mother, which hold
 // capabilities in the sandbox's user namespace.
 long NurseryServe(int sock);
-
-// A shell template's nursery mother (nursery.h) is the init of the slot's first sandbox itself
-// (PrepareMotherSandbox's `init`): after the set-up every init does, it loads `seccomp` (the
-// nursery's mother filter, seccomp_policy.h), says 'R' on the socket to the keeper (its fd 5),
-// takes the keeper's 'C' (the config, with the job's filter) and serves it as the python mother
-// does (NurseryServe). Each sandbox's init starts the stub exactly as a keeper's init does
-// (StartStub: the warm shell, exec'd from a clone sharing init's memory), so a shell sandbox
-// costs no user namespace, no uid maps and no copy of the keeper's address space: init shares
-// the mother's, and the stub execs.
-[[noreturn]] void ShellMotherInit(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh);
 
 }  // namespace sandpool

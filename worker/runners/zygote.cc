@@ -1,5 +1,7 @@
 #include "worker/runners/zygote.h"
 
+#include <cstring>
+
 #include "common/log.h"
 
 namespace sandpool {
@@ -241,6 +243,10 @@ std::vector<std::string> ZygoteCommand(const RuntimeInfo& r) {
   if (r.name == "bash") return {r.interpreter, "--norc", "--noprofile", "-c", kShellZygote, "bash"};
   if (r.name == "python") return {r.interpreter, "-c", kPythonZygote};
   return {r.interpreter, "-e", kNodeZygote};
+}
+
+bool IsShellZygoteArgv(int argc, char* const* argv) {
+  return argc >= 3 && std::strcmp(argv[argc - 2], kShellZygote) == 0;
 }
 
 std::vector<std::string> SessionShellCommand() {

@@ -33,6 +33,9 @@ const RuntimeInfo* TemplateRuntime(const std::string& name);
 // sourced from a file). It opens /proc/self/fd/4 anew and sources it: one assignment of the
 // job's script to a variable, which it then evals, once that file and fd 4 are closed.
 std::vector<std::string> ZygoteCommand(const RuntimeInfo& r);
+// Whether `argv` is a shell zygote's command line (ZygoteCommand's for sh or bash): how the
+// nursery library's constructor knows it was preloaded into a shell mother (nursery_lib.cc).
+bool IsShellZygoteArgv(int argc, char* const* argv);
 
 // A session's warm shell (session_agent.cc): a shell zygote whose fd 4 is a memfd instead: the
 // agent writes ZygotePayload's script there, then shuts fd 3 for writing (the go); the shell

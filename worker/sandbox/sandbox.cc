@@ -211,11 +211,6 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, Sandb
   return CloneSandbox(config, slot, std::move(cgroup), seccomp, &command, nursery_lib, nullptr, false);
 }
 
-Result<Sandbox> PrepareMotherSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
-                                     const SeccompProgram* seccomp, CustomInit init) {
-  return CloneSandbox(config, slot, std::move(cgroup), seccomp, nullptr, -1, init, false);
-}
-
 Result<Sandbox> PrepareSessionSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
                                       const SeccompProgram* seccomp, bool fresh, CustomInit init) {
   return CloneSandbox(config, slot, std::move(cgroup), seccomp, nullptr, -1, init, fresh);

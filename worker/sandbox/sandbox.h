@@ -58,9 +58,9 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, Sandb
                                int nursery_lib = -1);
 
 // An init of the caller's own, run after clone in place of a job's (InitMain), its fds in place
-// (sandbox_init.h's rules for init hold for it). Never returns. Two kinds: a session's
+// (sandbox_init.h's rules for init hold for it). Never returns: a session's
 // (worker/session/session_agent.h: set-up on the session's disk, `fresh` a new one, then the
-// session's agent) and a shell nursery's mother (PrepareMotherSandbox, `fresh` unused).
+// session's agent).
 using CustomInit = void (*)(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh);
 
 // A session's sandbox (worker/session/session_keeper.h): init (`init`) mounts the session's disk
@@ -69,11 +69,6 @@ using CustomInit = void (*)(const SandboxConfig& config, const SeccompProgram* s
 // unused.
 Result<Sandbox> PrepareSessionSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
                                       const SeccompProgram* seccomp, bool fresh, CustomInit init);
-
-// A shell template's nursery mother (worker/runners/nursery.h): a sandbox like PrepareSandbox's
-// whose init is `init` (ShellMotherInit), which says 'R' on the stub socket when it serves.
-Result<Sandbox> PrepareMotherSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
-                                     const SeccompProgram* seccomp, CustomInit init);
 
 // The two ends of a sandbox's pipes and stub socket: the host's, in a Sandbox, and the six
 // init takes, in the order it expects them at fds 3-8 (sync read, status write, stub socket,

@@ -95,23 +95,6 @@ struct StubPlan {
                               // from a pipe at kStubScriptFd (RuntimeInfo::shell)
 };
 
-// A shell zygote's script pipe (stub_protocol.h, 'W'): made here, after StubPrologue, so that it
-// belongs to the job's uid, which may then open it anew through /proc/self/fd (a shell sources
-// a file by name). Its read end becomes kStubScriptFd, its write end goes to the keeper, and the
-// stub keeps no copy of that: the shell sees EOF once the keeper has written the script.
-void HandOverScriptPipe() {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) StubFail(errno, "script pipe", 126);
-  if (p[0] == kStubScriptFd) {  // the lowest free fd (ArrangeFds left 0-3): already in place
-    if (::fcntl(p[0], F_SETFD, 0) != 0) StubFail(errno, "script pipe", 126);
-  } else {
-    if (::dup3(p[0], kStubScriptFd, 0) != kStubScriptFd) StubFail(errno, "script pipe", 126);
-    ::close(p[0]);
-  }
-  if (!SendWithFds(kStubSock, kStubScriptPipe, &p[1], 1).ok()) StubFail(errno, "script pipe", 126);
-  ::close(p[1]);
-}
-
 [[noreturn]] void ExecInterpreter(const StubPlan& plan) {
   for (int fd = kStubSock; fd < kStubSock + plan.keep_fds; ++fd) {
     if (::fcntl(fd, F_SETFD, 0) != 0) StubFail(errno, "fds", 126);
@@ -230,6 +213,22 @@ void InitFail(const std::string& what) {
   std::string msg = "F" + what;
   (void)!::write(kStatusFd, msg.data(), msg.size());
   ::_exit(1);
+}
+
+void HandOverScriptPipe() {
+  // Made after StubPrologue, so that it belongs to the job's uid, which may then open it anew
+  // through /proc/self/fd (a shell sources a file by name). The stub keeps no copy of the write
+  // end: the shell sees EOF once the keeper has written the script.
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) StubFail(errno, "script pipe", 126);
+  if (p[0] == kStubScriptFd) {  // the lowest free fd (ArrangeFds left 0-3): already in place
+    if (::fcntl(p[0], F_SETFD, 0) != 0) StubFail(errno, "script pipe", 126);
+  } else {
+    if (::dup3(p[0], kStubScriptFd, 0) != kStubScriptFd) StubFail(errno, "script pipe", 126);
+    ::close(p[0]);
+  }
+  if (!SendWithFds(kStubSock, kStubScriptPipe, &p[1], 1).ok()) StubFail(errno, "script pipe", 126);
+  ::close(p[1]);
 }
 
 namespace {
@@ -375,7 +374,7 @@ void InitServe(const SandboxConfig& config, pid_t stub) {
 
 namespace {
 
-// The stub of `plan`, cloned as the comment in StartStub says; its pid, or -1 with errno.
+// The stub of `plan`, cloned as the comment below says; its pid, or -1 with errno.
 pid_t CloneStub(StubPlan* plan) {
   // The stub shares init's memory until it execs (CLONE_VM | CLONE_VFORK: init is suspended
   // meanwhile): no page tables are copied, no copy-on-write faults taken, no copy torn down at
@@ -399,32 +398,37 @@ pid_t CloneStub(StubPlan* plan) {
 #endif
 }
 
-// The stub of InitMain and StartStub: `nursery_lib` >= 0 makes it the template's nursery mother.
+// The stub of InitMain: `nursery_lib` >= 0 makes it the template's nursery mother.
 pid_t LaunchStub(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command,
                  int nursery_lib) {
   // Everything the stub will need, built now in init's memory.
   std::vector<std::string> interp = command, env = config.base_env;
   StubPlan plan{&config, seccomp, nursery_lib, nullptr, nullptr, "/work", 1, "zygote"};
+  const RuntimeInfo* runtime = FindRuntime(config.runtime);
   if (nursery_lib >= 0) {
     plan.interp_cwd = "/";
     plan.keep_fds = 2;
     plan.stage = "mother";
+    // A shell has no way to load a library, so the loader preloads it (nursery.h): the library's
+    // constructor is the mother. Bound at once: every job's process would otherwise bind each
+    // function it first calls, writing the shell's pages the mother never touched (about 10
+    // copy-on-write faults a job). The mother takes both out of her environment before the shell
+    // reads it (nursery_lib.cc).
+    if (runtime != nullptr && runtime->shell) {
+      env.push_back(kNurseryPreloadEnv);
+      env.push_back(kNurseryBindNowEnv);
+    }
   }
   std::vector<char*> interp_argv = CArray(interp), envp = CArray(env);
   if (!interp.empty()) {
     plan.interp_argv = interp_argv.data();
     plan.interp_envp = envp.data();
-    const RuntimeInfo* r = FindRuntime(config.runtime);
-    plan.script_pipe = nursery_lib < 0 && r != nullptr && r->shell;
+    plan.script_pipe = nursery_lib < 0 && runtime != nullptr && runtime->shell;
   }
   return CloneStub(&plan);
 }
 
 }  // namespace
-
-pid_t StartStub(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command) {
-  return LaunchStub(config, seccomp, command, -1);
-}
 
 void InitMain(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command,
               int nursery_lib) {

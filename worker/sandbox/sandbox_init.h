@@ -64,12 +64,17 @@ pid_t SpawnSandboxProcess(const SandboxProcessSpec& spec);
 // the hostname and mounts the sandbox's filesystems (`mount`, default MountSandboxFilesystems);
 // on failure reports and exits.
 void InitSetUp(const SandboxConfig& config, Status (*mount)(const SandboxConfig&) = nullptr);
-// StartStub: clones the sandbox's stub as InitMain does (fds 5-8 its socket and stdio; sharing
-// init's memory until it execs, so it returns once the stub has exec'd `command`, a warm
-// interpreter, with the sandbox's base environment; or, `command` empty, once the stub has
-// exec'd its job). The stub's pid, or -1 with errno. For init, after InitSetUp; a nursery's init
-// calls it for shell templates (nursery.h), while the mother waits.
-pid_t StartStub(const SandboxConfig& config, const SeccompProgram* seccomp, const std::vector<std::string>& command);
+// A shell zygote's script pipe (stub_protocol.h, 'W'), made by the job's process once confined
+// (StubPrologue; fd 3 its socket, nothing open above it): its read end becomes kStubScriptFd,
+// inherited, its write end goes to the keeper. A failure is reported on fd 3 and exits.
+// Async-signal-safe.
+void HandOverScriptPipe();
+// What a shell template's nursery mother (nursery.h) is started with besides the sandbox's
+// environment: the loader preloads the nursery library (her fd 4), whose constructor is the
+// mother, and binds every symbol at once. She removes both before the shell reads its
+// environment (nursery_lib.cc).
+inline constexpr const char* kNurseryPreloadEnv = "LD_PRELOAD=/proc/self/fd/4";
+inline constexpr const char* kNurseryBindNowEnv = "LD_BIND_NOW=1";
 // InitServe: drops the job's fds, reaps until `stub` ends, kills and reaps the rest of the pid
 // namespace, reports the stub's wait status, exits (which ends the namespace). Allocates nothing
 // (a nursery's init runs it in memory the mother uses at the same time).

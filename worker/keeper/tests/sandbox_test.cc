@@ -384,20 +384,25 @@ TEST_F(ShZygoteTest, LongScriptsArriveWholeAndMayEndEarly) {
   EXPECT_EQ(RunShell("echo next").out, "next\n");
 }
 
-// Shell sandboxes come from the slot's shell mother (nursery_mother.h, ShellMotherInit) except in
-// AddressSanitizer builds: one user namespace for the slot, a fresh sandbox per job all the same.
+// Shell sandboxes come from the slot's nursery mother (worker/runners/nursery.h: the warm shell
+// with the library preloaded) except in sanitizer builds: one user namespace for the slot, a
+// fresh sandbox per job all the same, and each job's shell a copy of hers, not an exec.
 TEST_F(ShZygoteTest, ShellSandboxesComeFromTheSlotsMother) {
-  if (!ShellNurseryApplies(config_)) GTEST_SKIP() << "no shell nursery in this build";
-  // The mother: the slot's process running as sandbox root whose parent (the keeper) is host root.
+  if (!NurseryApplies(config_) || !OpenNurseryLibrary()) GTEST_SKIP() << "no shell nursery in this build";
+  // The mother: the slot's process running as sandbox root, a child of her own sandbox's init
+  // (sandbox root too), whose parent (the keeper) is host root.
+  auto uid_of = [](pid_t pid) {
+    struct stat st;
+    return ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
+  };
   auto mother_pid = [&]() {
     pid_t found = -1;
     for (const auto& e : std::filesystem::directory_iterator("/proc")) {
       std::string name = e.path().filename();
-      struct stat st;
-      if (name[0] < '0' || name[0] > '9' || ::stat(e.path().c_str(), &st) != 0 || st.st_uid != config_.host_id_base) continue;
+      if (name[0] < '0' || name[0] > '9') continue;
       pid_t pid = std::atoi(name.c_str());
-      struct stat pst;
-      if (::stat(("/proc/" + std::to_string(ParentPid(pid))).c_str(), &pst) == 0 && pst.st_uid == 0) found = pid;
+      if (uid_of(pid) != config_.host_id_base || uid_of(ParentPid(pid)) != config_.host_id_base) continue;
+      if (uid_of(ParentPid(ParentPid(pid))) == 0) found = pid;
     }
     return found;
   };
@@ -412,6 +417,14 @@ TEST_F(ShZygoteTest, ShellSandboxesComeFromTheSlotsMother) {
   // Two filters: the mother's, inherited, and the job's small one over it (seccomp_policy.h).
   JobRun b = RunShell("test -e /work/a && echo found; grep -E '^(CapEff|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status | tr -s '\t\n' '  '");
   EXPECT_EQ(b.out, "CapEff: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 Seccomp_filters: 2 ") << b.err;
+  // The job's shell is the mother's copy, not an exec (the library she was started with is mapped
+  // in it), and the loader's variables she was started with are gone: from the shell's
+  // variables, from what its children inherit, and from its /proc/<pid>/environ, which shows
+  // the sandbox's environment and nothing after it.
+  JobRun c = RunShell("readlink /proc/$$/exe; grep -q libsandpool_nursery /proc/$$/maps && echo preloaded; "
+                      "echo ${LD_PRELOAD-unset} ${LD_BIND_NOW-unset}; env | grep -c '^LD_'; "
+                      "tr '\\0' '\\n' < /proc/$$/environ | grep -c -E '^(LD_|$)'");
+  EXPECT_EQ(c.out, "/usr/bin/dash\npreloaded\nunset unset\n0\n0\n") << c.err;
   EXPECT_EQ(mother_pid(), mother) << "one mother serves the slot";
   {
     std::ifstream status("/proc/" + std::to_string(mother) + "/status");
