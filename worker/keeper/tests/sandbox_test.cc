@@ -452,6 +452,26 @@ TEST_F(ShZygoteTest, ArgvJobsExecAndReportMissingBinaries) {
   EXPECT_EQ(CountProcessesOfUid(job_uid), 0);
 }
 
+// A bash template's mother is a warm bash with the nursery library preloaded, as a sh
+// template's is a dash: each job's shell is a clone of her that starts bash's own main.
+class BashZygoteTest : public SandboxTest {
+ protected:
+  const char* Runtime() const override { return "bash"; }
+};
+
+TEST_F(BashZygoteTest, JobsRunInACloneOfTheWarmBash) {
+  if (!NurseryApplies(config_) || !OpenNurseryLibrary()) GTEST_SKIP() << "no shell nursery in this build";
+  for (int i = 0; i < 3; ++i) {
+    JobRun r = RunShell("a=(x y z); echo ${#a[@]} ${a[1]} $0 $(cat /proc/$$/comm) $(readlink /proc/$$/exe); "
+                        "grep -q libsandpool_nursery /proc/$$/maps && echo preloaded; "
+                        "env | grep -c '^LD_'; tr '\\0' '\\n' < /proc/$$/environ | grep -c -E '^(LD_|$)'; "
+                        "id -u; exit 5");
+    EXPECT_EQ(r.out, "3 y bash bash /usr/bin/bash\npreloaded\n0\n0\n1000\n") << r.err;
+    ASSERT_TRUE(r.exited.have_status);
+    EXPECT_EQ(WEXITSTATUS(r.exited.wait_status), 5);
+  }
+}
+
 class PythonZygoteTest : public SandboxTest {
  protected:
   const char* Runtime() const override { return "python"; }
