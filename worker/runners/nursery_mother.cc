@@ -117,7 +117,9 @@ int InitEntry(void* arg) {
     // The OOM killer's first choice in the sandbox: at the same setting it would take init,
     // whose resident size is the mother's (it shares her memory), and with it the mother. This
     // process has its own memory now and is dumpable (StubPrologue), so the setting is its own.
-    if (int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
+    // A shell's zygote script sets it first thing (zygote.cc, kShellZygote), as it does in a
+    // sandbox the keeper made: not twice per job.
+    if (int fd = g_shell ? -1 : ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
       (void)!::write(fd, "1000", 4);
       ::close(fd);
     }
