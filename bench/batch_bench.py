@@ -91,7 +91,7 @@ def standin(sock: str, scripts: Path, stop_after: int, batch: int = 128) -> None
                 assert all(v in (b"run", b"done", b"dup") for v in verdicts[::2]), verdicts[:4]
             pipe = r.pipeline(transaction=False)
             for i in range(0, len(jobs), batch):
-                keys, args = [], [consumer, "86400", group, "sandpool"]
+                keys, args = [], [consumer, "86400", group, "sandpool", "0", "0"]  # no read carried
                 for eid, jid, _ in jobs[i:i + batch]:
                     result = {"v": 1, "id": jid, "outcome": "exit", "exit_code": 0, "signal": None,
                               "timed_out": False, "killed": False, "stdout": b"", "stderr": b"",

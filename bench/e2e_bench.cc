@@ -85,6 +85,7 @@ struct Options {
   std::string bwrap = "/usr/bin/bwrap";
   std::string python = "/usr/bin/python3";
   std::string template_name;  // echo/true jobs: the job map's `template` (empty: none sent)
+  std::string metrics_url;    // the daemon's /metrics (its carried reads: AddRedisCalls)
 };
 
 std::vector<std::string> Split(std::string_view s, char sep) {
@@ -106,6 +107,7 @@ std::vector<std::string> Split(std::string_view s, char sep) {
                "  [--modes latency,throughput,peers] [--n N] [--warmup W] [--tp-n M]\n"
                "  [--inflight 8,64] [--kinds echo,true,py,pyimport,node] [--tp-kinds echo,py,node] [--variant V] [--pace-ms MS] [--peer-n N] [--peer-inflight K] [--peer-tp-n M]\n"
                "  [--idle-timeout-ms MS] [--daemon-pid PID] [--sandbox-cgroup DIR] [--redis-pid PID] [--template NAME]\n"
+               "  [--metrics-url http://HOST:PORT/metrics]\n"
                "  [--bwrap PATH] [--python PATH]\n");
   std::exit(2);
 }
@@ -150,6 +152,7 @@ Options ParseOptions(int argc, char** argv) {
     else if (a == "--idle-timeout-ms") o.idle_timeout_ms = ParseInt(next(), "--idle-timeout-ms");
     else if (a == "--daemon-pid") o.daemon_pid = ParseInt(next(), "--daemon-pid");
     else if (a == "--redis-pid") o.redis_pid = ParseInt(next(), "--redis-pid");
+    else if (a == "--metrics-url") o.metrics_url = next();
     else if (a == "--bwrap") o.bwrap = next();
     else if (a == "--python") o.python = next();
     else if (a == "--template") {
@@ -803,13 +806,32 @@ void Latency(Client& c, const Options& o, const JobKind& kind) {
 // What Redis did per job, from INFO commandstats before and after (the run is the only load on
 // this Redis): calls of every command, and the daemon's round trips per job. Commands a script
 // runs count in commandstats too, so the round trips are the calls only a client sends at top
-// level: the daemon's scripts (EVALSHA, EVAL), its reads (XREADGROUP, XAUTOCLAIM) and its
+// level: the daemon's scripts (EVALSHA, EVAL), its reads (XREADGROUP, XAUTOCLAIM; less the reads
+// that rode along inside a FINISH call, which the daemon counts: --metrics-url) and its
 // PUBLISHes outside a script; the latter are the PUBLISH calls beyond the three events (started,
 // output, exited) each job's FINISH publishes when it carries them (JobLedger): an estimate that
 // holds for the bench's one-line jobs. The client's own calls (XADD, the first PSUBSCRIBE,
 // INFO) are left out.
+// The daemon's sandpool_redis_reads_carried_total, from its /metrics (curl), or -1.
+double CarriedReads(const Options& o) {
+  if (o.metrics_url.empty() || o.metrics_url.find('\'') != std::string::npos) return -1;
+  std::string cmd = "curl -s --max-time 2 '" + o.metrics_url + "'";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return -1;
+  double value = -1;
+  char line[512];
+  const char* name = "sandpool_redis_reads_carried_total ";
+  while (fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, name, std::strlen(name)) == 0) value = std::strtod(line + std::strlen(name), nullptr);
+  }
+  pclose(f);
+  return value;
+}
+
+// `carried`: the daemon's reads that rode along in a FINISH call over the run (CarriedReads; -1:
+// unknown). Redis counts them as XREADGROUP calls, but they cost no round trip of their own.
 void AddRedisCalls(Measurement& m, const std::map<std::string, std::pair<int64_t, int64_t>>& a,
-                   const std::map<std::string, std::pair<int64_t, int64_t>>& b, int jobs) {
+                   const std::map<std::string, std::pair<int64_t, int64_t>>& b, int jobs, double carried) {
   if (a.empty() || b.empty()) return;
   auto delta = [&](const std::string& cmd, bool usec) -> double {
     auto ib = b.find(cmd);
@@ -823,10 +845,12 @@ void AddRedisCalls(Measurement& m, const std::map<std::string, std::pair<int64_t
   double scripts = delta("evalsha", false) + delta("eval", false);
   double publishes = delta("publish", false);
   double loose = std::max(0.0, publishes - 3 * nj);
-  double trips = scripts + delta("xreadgroup", false) + delta("xautoclaim", false) + loose;
+  double reads = delta("xreadgroup", false) - std::max(0.0, carried);
+  double trips = scripts + reads + delta("xautoclaim", false) + loose;
   m.extra.push_back({"redis_daemon_round_trips_per_job", trips / nj});
   m.extra.push_back({"redis_script_calls_per_job", scripts / nj});
-  m.extra.push_back({"redis_xreadgroup_per_job", delta("xreadgroup", false) / nj});
+  m.extra.push_back({"redis_xreadgroup_per_job", reads / nj});
+  if (carried >= 0) m.extra.push_back({"redis_reads_carried_per_job", carried / nj});
   m.extra.push_back({"redis_publish_per_job", publishes / nj});
   m.extra.push_back({"redis_command_usec_per_job", total_usec / nj});
   // The share of each command in Redis's command time (the top ones).
@@ -853,6 +877,7 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
   for (int phase = 0; phase < 2; ++phase) {
     int total = phase == 0 ? std::min(o.warmup * 2, o.tp_n) : o.tp_n;
     auto stats0 = phase == 1 ? c.CommandStats() : std::map<std::string, std::pair<int64_t, int64_t>>();
+    double carried0 = phase == 1 ? CarriedReads(o) : -1;
     CpuSnap cpu0 = TakeCpu(o);
     int64_t t0 = MonotonicUs();
     int submitted = 0, completed = 0;
@@ -899,7 +924,10 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
       m.n = completed;
       m.wall_s = (t1 - t0) / 1e6;
       if (!stopped) AddCpu(m, o, cpu0, cpu1, completed);
-      if (!stopped && completed > 0) AddRedisCalls(m, stats0, c.CommandStats(), completed);
+      if (!stopped && completed > 0) {
+        double carried1 = CarriedReads(o);
+        AddRedisCalls(m, stats0, c.CommandStats(), completed, carried0 >= 0 && carried1 >= 0 ? carried1 - carried0 : -1);
+      }
     }
     if (stopped) {
       if (phase == 0) m.note = "(during warm-up) " + m.note;

@@ -260,17 +260,19 @@ def main():
         w(f"| {label} | {fmt(mine)} | {fmt(val(r, 'cpu_ms_per_job_redis'), 3)} | {floor_label} | {fmt(floor)} | {fmt(r_(mine, floor))}x |")
     w("")
     w("Redis per job (INFO commandstats over each throughput run; round trips = the daemon's script calls, "
-      "XREADGROUPs and PUBLISHes outside a script):")
+      "XREADGROUPs and PUBLISHes outside a script; a read carried inside a FINISH call, which the daemon counts "
+      "in `sandpool_redis_reads_carried_total`, is no round trip of its own):")
     w("")
-    w("| run | round trips | script calls | XREADGROUP | PUBLISH (all) | Redis CPU ms | command time µs | top command shares |")
-    w("|---|---|---|---|---|---|---|---|")
+    w("| run | round trips | script calls | XREADGROUP (own call) | reads carried in FINISH | PUBLISH (all) | Redis CPU ms | command time µs | top command shares |")
+    w("|---|---|---|---|---|---|---|---|---|")
     for (k, f), r in sorted(tp.items()):
         if val(r, "per_s") is None:
             continue
         shares = ", ".join(f"{key[len('redis_usec_share_'):]} {v * 100:.0f}%" for key, v in r.items()
                            if key.startswith("redis_usec_share_"))
         w(f"| {k} x{f} | {fmt(val(r, 'redis_daemon_round_trips_per_job'))} | {fmt(val(r, 'redis_script_calls_per_job'))} | "
-          f"{fmt(val(r, 'redis_xreadgroup_per_job'))} | {fmt(val(r, 'redis_publish_per_job'))} | "
+          f"{fmt(val(r, 'redis_xreadgroup_per_job'))} | {fmt(val(r, 'redis_reads_carried_per_job'))} | "
+          f"{fmt(val(r, 'redis_publish_per_job'))} | "
           f"{fmt(val(r, 'cpu_ms_per_job_redis'), 3)} | {fmt(val(r, 'redis_command_usec_per_job'), 1)} | {shares} |")
     w("")
     w("Throughput curve (jobs/s; latency per job under that load, p50 / p99 ms):")

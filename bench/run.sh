@@ -192,6 +192,7 @@ run_bench() {
   local rc=0
   # shellcheck disable=SC2086  # BENCH_BIN may carry a taskset prefix
   timeout 400 $BENCH_BIN --redis "$REDIS_URL" --daemon-pid "$DAEMON_PID" --redis-pid "$REDIS_PID" ${SANDBOX_CG:+--sandbox-cgroup "$SANDBOX_CG"} \
+    --metrics-url "http://$METRICS_ADDR/metrics" \
     --idle-timeout-ms "$IDLE_MS" "$@" >> "$RESULTS" 2> >(tee -a "$OUT/bench.log" >&2) || rc=$?
   if [[ $rc == 3 ]]; then
     WEDGED="jobs were lost during: sandpool_bench $*"

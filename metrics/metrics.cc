@@ -124,6 +124,11 @@ bool Metrics::Build() {
                        .Help("Error replies from Redis (expected ones, such as BUSYGROUP, left out)")
                        .Register(registry_)
                        .Add({});
+  reads_carried_ = &BuildCounter()
+                       .Name("sandpool_redis_reads_carried_total")
+                       .Help("Queue reads (XREADGROUP) Redis ran inside a FINISH call, with no round trip of their own")
+                       .Register(registry_)
+                       .Add({});
   heartbeat_ok_ = &BuildGauge()
                        .Name("sandpool_heartbeat_last_success_timestamp_seconds")
                        .Help("Unix time at which Redis last stored this daemon's heartbeat record (0: never)")
@@ -251,6 +256,10 @@ void Metrics::SetRedisConnected(bool up) {
 }
 
 void Metrics::ObserveRedisCommand(double seconds) { Observe(redis_rtt_, seconds); }
+
+void Metrics::ReadCarried() {
+  if (ok_) reads_carried_->Increment();
+}
 
 void Metrics::RedisError() {
   if (ok_) redis_errors_->Increment();

@@ -85,6 +85,9 @@ class Metrics {
   void ObserveRedisCommand(double seconds);
   // sandpool_redis_errors_total: error replies (not lost connections: see reconnects).
   void RedisError();
+  // sandpool_redis_reads_carried_total: queue reads Redis ran inside a FINISH call (no round trip
+  // of their own: StreamReader::CarryRead), counted when the call's reply came.
+  void ReadCarried();
   // sandpool_heartbeat_last_success_timestamp_seconds: Redis stored this daemon's record then.
   void HeartbeatWritten(double unix_seconds);
   // sandpool_event_loop_lag_seconds: how late a timer of the daemon's loop fired.
@@ -162,6 +165,7 @@ class Metrics {
   prometheus::Gauge* redis_up_ = nullptr;
   prometheus::Histogram* redis_rtt_ = nullptr;
   prometheus::Counter* redis_errors_ = nullptr;
+  prometheus::Counter* reads_carried_ = nullptr;
   prometheus::Gauge* heartbeat_ok_ = nullptr;
   prometheus::Histogram* loop_lag_ = nullptr;
   // Families with a `template` label; their series are added by AddTemplate.

@@ -48,6 +48,7 @@ TEST(Metrics, FreshRegistryHasEveryFixedSeriesAtZero) {
   EXPECT_LINE(t, "sandpool_jobs_waiting{template=\"python\"} 0");
   EXPECT_LINE(t, "sandpool_redis_reconnects_total 0");
   EXPECT_LINE(t, "sandpool_redis_errors_total 0");
+  EXPECT_LINE(t, "sandpool_redis_reads_carried_total 0");
   EXPECT_LINE(t, "sandpool_redis_up 0");
   EXPECT_LINE(t, "sandpool_heartbeat_last_success_timestamp_seconds 0");
   EXPECT_LINE(t, "sandpool_queue_pending_entries{queue=\"default\"} 0");

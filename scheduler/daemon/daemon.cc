@@ -101,8 +101,14 @@ Status Daemon::Start() {
   stream_reader_ = std::make_unique<StreamReader>(
       reader_.get(), cmd_.get(), keys_, config_,
       StreamReader::JobStreams(keys_, config_, [this] { return IntakeCapacity(); },
+                               [this] { return IntakeCapacityAhead(); },
                                [this](uint32_t t) { return TemplateCapacity(t); }),
       std::move(reading));
+  ledger_->SetReadAlong([this] { return stream_reader_->CarryRead(); },
+                        [this](const StreamReader::CarriedRead& read, redisReply* reply) {
+                          if (reply != nullptr) metrics_.ReadCarried();
+                          stream_reader_->TakeCarried(read, reply);
+                        });
 
   pools_ = std::make_unique<Pools>(base_, config_, &metrics_);
   SlotHooks hooks;
@@ -172,6 +178,12 @@ size_t Daemon::IntakeCapacity() const {
   return ready > waiting ? ready - waiting : 0;
 }
 
+size_t Daemon::IntakeCapacityAhead() const {
+  if (draining_) return 0;
+  size_t room = pools_->ReadyCount() + pools_->RefillingCount(), waiting = Waiting();
+  return room > waiting ? room - waiting : 0;
+}
+
 size_t Daemon::TemplateCapacity(uint32_t t) const {
   if (draining_) return 0;
   size_t ready = pools_->ReadyCount(t), waiting = waiting_[t].size();
@@ -219,6 +231,15 @@ void Daemon::Dispatch(StreamEntry e) {
   Slot* slot = pools_->ReadySlot(t);
   if (slot == nullptr) {
     bool first_wait = e.waiting_since_us == 0;
+    if (first_wait && e.read_ahead && pools_->RefillingCount(t) > waiting_[t].size()) {
+      // Read with a result, for a sandbox of its template on its way: it waits for that one, as
+      // planned (not a miss: the pool does not grow for it).
+      e.waiting_since_us = MonotonicUs();
+      pools_->NoteAhead(t);
+      waiting_[t].push_back(std::move(e));
+      return;
+    }
+    e.read_ahead = false;  // an arrival like any other from here on
     if (first_wait) {
       e.waiting_since_us = MonotonicUs();
       pools_->NoteMiss(t);  // grows the pool if it may
@@ -418,8 +439,12 @@ void Daemon::Heartbeat() {
   WriteHeartbeatRecord();
   RefreshQueueFigures(cmd_.get(), stream_reader_->Streams(), &metrics_,
                       [this](const QueueFigures& f) { queue_figures_ = f; });
+  // Entries read ahead for a sandbox on its way are demand the pool already meets.
   std::vector<size_t> waiting;
-  for (const auto& w : waiting_) waiting.push_back(w.size());
+  for (const auto& w : waiting_) {
+    waiting.push_back(static_cast<size_t>(
+        std::count_if(w.begin(), w.end(), [](const StreamEntry& e) { return !e.read_ahead; })));
+  }
   pools_->Resize(waiting);
   stream_reader_->RescanOwn([this](const std::string& stream) { return ledger_->TakeRescan(stream); });
   stream_reader_->Heartbeat();

@@ -85,6 +85,8 @@ class Daemon {
 
   size_t Waiting() const;
   size_t IntakeCapacity() const;
+  // The same, counting the slots whose next sandbox is being prepared (StreamReader::CarryRead).
+  size_t IntakeCapacityAhead() const;
   size_t TemplateCapacity(uint32_t t) const;
   bool RedisResponsive(std::string* why) const;
   void Heartbeat();

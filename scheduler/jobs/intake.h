@@ -20,6 +20,9 @@ struct StreamEntry {
   bool deleted = false;  // XDEL'd while pending: nothing to run
   std::map<std::string, std::string> fields;
   int64_t waiting_since_us = 0;  // set when it first found its template's pool empty
+  // Read ahead of a ready slot, for one whose sandbox was being prepared (StreamReader::
+  // CarryRead): waiting for that sandbox is the plan, not a miss.
+  bool read_ahead = false;
 };
 
 // A job naming a template this daemon has not configured: a snapshot's name, perhaps (PROTOCOL.md

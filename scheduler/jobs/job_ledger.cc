@@ -181,12 +181,15 @@ void JobLedger::FlushFinishes() {
 }
 
 void JobLedger::SendFinishes(std::vector<PendingFinish> batch) {
-  std::vector<std::string> args = {std::to_string(4 * batch.size())};
+  std::optional<ReadAlong> along = take_read_ ? take_read_() : std::nullopt;
+  size_t reads = along ? along->streams.size() : 0;
+  std::vector<std::string> args = {std::to_string(4 * batch.size() + reads)};
   for (const PendingFinish& f : batch) {
     args.insert(args.end(), {keys_.Job(f.job_id), keys_.Result(f.job_id), f.stream, keys_.Out(f.job_id)});
   }
+  if (along) args.insert(args.end(), along->streams.begin(), along->streams.end());
   args.insert(args.end(), {config_.consumer, std::to_string(config_.result_ttl_s), std::string(Keys::kGroup),
-                           keys_.prefix()});
+                           keys_.prefix(), along ? std::to_string(along->count) : "0", std::to_string(reads)});
   for (PendingFinish& f : batch) {
     if (f.staged()) {
       // Staged (scripts.h, FINISH): the bytes go to Redis as plain commands, ahead of the script
@@ -206,22 +209,30 @@ void JobLedger::SendFinishes(std::vector<PendingFinish> batch) {
     f.live.clear();
   }
   auto shared = std::make_shared<std::vector<PendingFinish>>(std::move(batch));
-  bool sent = cmd_->Eval(kFinishScript, std::move(args), [this, shared](redisReply* r) {
+  bool sent = cmd_->Eval(kFinishScript, std::move(args), [this, shared, along](redisReply* r) {
+    auto read_done = [&](redisReply* reply) {
+      if (along) read_done_(*along, reply);
+    };
     if (r == nullptr) {
       // Lost with the connection: unknown whether it ran; running it again is harmless
       // (the script is idempotent for the same consumer and attempt).
       for (PendingFinish& f : *shared) pending_.push_back(std::move(f));
+      read_done(nullptr);
       return;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != shared->size()) {
+    size_t want = shared->size() + (along ? 1 : 0);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != want) {
       LogError("storing results failed", {{"jobs", static_cast<uint64_t>(shared->size())}, {"error", ReplyString(r)}});
       for (PendingFinish& f : *shared) pending_.push_back(std::move(f));
+      read_done(nullptr);
       return;
     }
     for (size_t i = 0; i < shared->size(); ++i) TakeFinishVerdict((*shared)[i], r->element[i]);
+    read_done(along ? r->element[shared->size()] : nullptr);
   });
   if (!sent) {
     for (PendingFinish& f : *shared) pending_.push_back(std::move(f));
+    if (along) read_done_(*along, nullptr);
   }
 }
 

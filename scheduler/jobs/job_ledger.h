@@ -15,7 +15,10 @@
 // one turn as one FINISH call (at most kMaxBatch entries or about kMaxBatchBytes each), and a
 // job's live events ride with its FINISH when it ends within kEventHoldMs of them (Publish),
 // which short jobs do: per call, not per byte, is what Redis spends its CPU on. Each entry of a
-// batch keeps its own verdict and its own failure handling (a lost reply, an error).
+// batch keeps its own verdict and its own failure handling (a lost reply, an error). A FINISH call
+// also carries the stream reader's read of the queue when it has one to make (SetReadAlong,
+// StreamReader::CarryRead): on a busy queue, a job's result and the next entry for its slot go in
+// one round trip.
 //
 // Ownership: the Daemon owns it; `base` and `cmd` outlive it. Loop thread only.
 #pragma once
@@ -23,6 +26,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +37,7 @@
 #include "queue/keys.h"
 #include "queue/protocol.h"
 #include "scheduler/config/config.h"
+#include "scheduler/jobs/stream_reader.h"
 #include "scheduler/redis/redis_async.h"
 
 namespace sandpool {
@@ -133,6 +138,15 @@ class JobLedger {
   void RefreshLeases(std::function<void(const std::string& stream, const std::string& entry)> lost);
   // Results waiting for Redis go out (on reconnect and every heartbeat).
   void FlushPending();
+  // Each FINISH call asks `take` for a read to carry (after its results, scripts.h) and hands
+  // the read's reply to `done` (nullptr when the call's reply was lost or malformed, or the call
+  // was never sent), after the results' verdicts.
+  using ReadAlong = StreamReader::CarriedRead;
+  void SetReadAlong(std::function<std::optional<ReadAlong>()> take,
+                    std::function<void(const ReadAlong&, redisReply*)> done) {
+    take_read_ = std::move(take);
+    read_done_ = std::move(done);
+  }
   // Sends the claims and results gathered this turn now instead of at its end (before the
   // daemon decides whether it may leave).
   void Flush() {
@@ -183,6 +197,8 @@ class JobLedger {
   std::map<Entry, int> claim_errors_;   // -> refusals in a row (kMaxClaimErrors)
   std::map<Entry, std::string> failed_claims_;  // given up (kFailed) -> notify target; answered by REJECT
   std::deque<PendingFinish> pending_;
+  std::function<std::optional<ReadAlong>()> take_read_;
+  std::function<void(const ReadAlong&, redisReply*)> read_done_;
 };
 
 }  // namespace sandpool

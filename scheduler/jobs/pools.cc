@@ -112,41 +112,37 @@ Slot* Pools::ReadySlot(uint32_t t) {
 }
 
 size_t Pools::ReadyCount(uint32_t t) const {
-  size_t n = 0;
-  for (const auto& s : slots_) n += s->active && s->template_index() == t && s->ready();
-  return n;
+  return CountSlots([t](const Slot& s) { return s.active && s.template_index() == t && s.ready(); });
 }
 
 size_t Pools::ReadyCount() const {
-  size_t n = 0;
-  for (const auto& s : slots_) n += s->active && s->ready();
-  return n;
+  return CountSlots([](const Slot& s) { return s.active && s.ready(); });
 }
 
 size_t Pools::BusyCount() const {
-  size_t n = 0;
-  for (const auto& s : slots_) n += s->busy();
-  return n;
+  return CountSlots([](const Slot& s) { return s.busy(); });
 }
 
 size_t Pools::BusyCount(uint32_t t) const {
-  size_t n = 0;
-  for (const auto& s : slots_) n += s->template_index() == t && s->busy();
-  return n;
+  return CountSlots([t](const Slot& s) { return s.template_index() == t && s.busy(); });
+}
+
+size_t Pools::RefillingCount(uint32_t t) const {
+  return CountSlots([t](const Slot& s) { return s.active && s.template_index() == t && s.refilling(); });
+}
+
+size_t Pools::RefillingCount() const {
+  return CountSlots([](const Slot& s) { return s.active && s.refilling(); });
 }
 
 size_t Pools::SlotCount() const {
-  size_t n = 0;
-  for (const auto& s : slots_) n += s->active;
-  return n;
+  return CountSlots([](const Slot& s) { return s.active; });
 }
 
 bool Pools::AnyBusy() const { return BusyCount() > 0; }
 
 uint32_t Pools::PoolSize(uint32_t t) const {
-  uint32_t n = 0;
-  for (const auto& s : slots_) n += s->active && s->template_index() == t;
-  return n;
+  return static_cast<uint32_t>(CountSlots([t](const Slot& s) { return s.active && s.template_index() == t; }));
 }
 
 void Pools::Held(uint32_t* sandboxes, uint64_t* memory) const {
@@ -257,6 +253,11 @@ void Pools::NoteHit(uint32_t t) {
   ++demand_[t].arrivals_since_tick;
   metrics_->PoolHit(pool_metrics_[t]);
   metrics_->ObservePoolWait(pool_metrics_[t], 0);
+}
+
+void Pools::NoteAhead(uint32_t t) {
+  ++demand_[t].arrivals_since_tick;
+  metrics_->PoolHit(pool_metrics_[t]);
 }
 
 void Pools::NoteMiss(uint32_t t) {

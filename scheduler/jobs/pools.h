@@ -44,6 +44,9 @@ class Pools final : public SessionHost {
   size_t ReadyCount() const;
   size_t BusyCount() const;
   size_t BusyCount(uint32_t t) const;
+  // Active slots of `t` (of any template) whose next sandbox a keeper is preparing.
+  size_t RefillingCount(uint32_t t) const;
+  size_t RefillingCount() const;
   size_t SlotCount() const;  // active slots
   uint32_t PoolSize(uint32_t t) const;
   // Whether a job is held by any slot (running, or reserved while its claim is in flight).
@@ -54,8 +57,11 @@ class Pools final : public SessionHost {
   // Metrics: Pools observe their slots' sandbox preparations and refill failures themselves.
   // Demand, for sizing and the pool metrics: a job for `t` arrived and found a ready slot
   // (NoteHit) or none (NoteMiss, which also grows the pool if it may); a job that missed got a
-  // slot after waiting `seconds` (NoteWaited); a job of `t` ran for `seconds` (NoteRun).
+  // slot after waiting `seconds` (NoteWaited); a job of `t` ran for `seconds` (NoteRun). A job
+  // read ahead of its sandbox, which a keeper was preparing (NoteAhead), counts as a hit: it
+  // waits for the sandbox it was read for, and NoteWaited observes how long.
   void NoteHit(uint32_t t);
+  void NoteAhead(uint32_t t);
   void NoteMiss(uint32_t t);
   void NoteWaited(uint32_t t, double seconds);
   void NoteRun(uint32_t t, double seconds);
@@ -91,6 +97,12 @@ class Pools final : public SessionHost {
   void ShutdownAll();
 
  private:
+  template <typename Pred>
+  size_t CountSlots(Pred pred) const {
+    size_t n = 0;
+    for (const auto& s : slots_) n += pred(*s);
+    return n;
+  }
   struct Demand {  // EWMA over roughly the last 10 s
     double arrivals_per_s = 0;
     double run_s = 0.05;

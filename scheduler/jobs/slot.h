@@ -85,6 +85,8 @@ class Slot {
   bool ready() const { return sandbox_ready_ && !reserved_ && !job_; }
   // A job holds the slot (reserved for a claim in flight, waiting for a sandbox, or running).
   bool busy() const { return reserved_ || job_.has_value(); }
+  // Its keeper is preparing its next sandbox (after a job, or its first): ready soon.
+  bool refilling() const { return has_keeper() && !sandbox_ready_ && !busy() && !failing_; }
   bool failing() const { return failing_; }
   const SlotJob* job() const { return job_ ? &*job_ : nullptr; }
   // Sequence numbers of the live events of the current job (0 = started).

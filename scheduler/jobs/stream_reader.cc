@@ -27,9 +27,11 @@ StreamReader::StreamReader(RedisAsync* reader, RedisAsync* cmd, const Keys& keys
 
 std::vector<StreamReader::StreamSpec> StreamReader::JobStreams(const Keys& keys, const DaemonConfig& config,
                                                                std::function<size_t()> intake_capacity,
+                                                               std::function<size_t()> intake_capacity_ahead,
                                                                std::function<size_t(uint32_t)> template_capacity) {
   std::vector<StreamSpec> out;
-  out.push_back(StreamSpec{keys.Queue(config.queue), std::move(intake_capacity), true, true, ""});
+  out.push_back(StreamSpec{keys.Queue(config.queue), std::move(intake_capacity), true, true, "",
+                           std::move(intake_capacity_ahead)});
   for (uint32_t t = 0; t < config.templates.size(); ++t) {
     out.push_back(StreamSpec{keys.Forward(config.queue, config.templates[t].name),
                              [template_capacity, t] { return template_capacity(t); }, false, true,
@@ -82,7 +84,8 @@ void StreamReader::OnCommandConnected() {
   cmd_connected_since_us_ = MonotonicUs();
   for (Stream& s : streams_) {
     s.group_ready = false;
-    s.in_flight = s.spec.blocking && blocking_in_flight_;
+    s.in_flight = s.spec.blocking && blocking_in_flight_ && s.carried == 0;
+    s.carried = 0;
     s.orphans.clear();
   }
   RestartScans();
@@ -95,7 +98,8 @@ void StreamReader::OnCommandConnected() {
 void StreamReader::OnCommandDisconnected() {
   cmd_connected_since_us_ = 0;
   for (Stream& s : streams_) {
-    if (!s.spec.blocking || !blocking_in_flight_) s.in_flight = false;
+    if (!s.spec.blocking || !blocking_in_flight_ || s.carried != 0) s.in_flight = false;
+    s.carried = 0;  // its reply is lost with the connection; the own scan on reconnecting finds what it took
   }
 }
 
@@ -165,7 +169,7 @@ void StreamReader::Read() {
   if (orphans_checked_) ReadBlocking();
 }
 
-void StreamReader::Deliver(redisReply* entries, const std::string& stream) {
+void StreamReader::Deliver(redisReply* entries, const std::string& stream, bool read_ahead) {
   if (entries == nullptr || entries->type != REDIS_REPLY_ARRAY) return;
   std::vector<StreamEntry> out;
   for (size_t i = 0; i < entries->elements; ++i) {
@@ -174,6 +178,7 @@ void StreamReader::Deliver(redisReply* entries, const std::string& stream) {
     StreamEntry e;
     e.stream = stream;
     e.id = ReplyString(item->element[0]);
+    e.read_ahead = read_ahead;
     if (hooks_.holds(stream, e.id)) continue;  // already ours and being handled
     redisReply* fields = item->elements > 1 ? item->element[1] : nullptr;
     if (fields == nullptr || fields->type != REDIS_REPLY_ARRAY) {
@@ -186,7 +191,7 @@ void StreamReader::Deliver(redisReply* entries, const std::string& stream) {
   if (!out.empty()) hooks_.on_entries(std::move(out));
 }
 
-std::set<std::string> StreamReader::DeliverStreams(redisReply* r) {
+std::set<std::string> StreamReader::DeliverStreams(redisReply* r, bool read_ahead) {
   std::set<std::string> found;
   if (r == nullptr || r->type != REDIS_REPLY_ARRAY) return found;  // nil: no stream had any
   for (size_t k = 0; k < r->elements; ++k) {
@@ -194,7 +199,7 @@ std::set<std::string> StreamReader::DeliverStreams(redisReply* r) {
     if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 || s->element[1]->elements == 0) continue;
     std::string key = ReplyString(s->element[0]);
     found.insert(key);
-    Deliver(s->element[1], key);
+    Deliver(s->element[1], key, read_ahead);
   }
   return found;
 }
@@ -319,6 +324,57 @@ void StreamReader::ReadBlocking() {
     blocking_in_flight_ = false;
     for (size_t i : read) streams_[i].in_flight = false;
   }
+}
+
+// Only what ReadBlocking would read (the same conditions, the same COUNT rule), but with room
+// counted ahead: the reply comes with the results that free the slots it is read for.
+std::optional<StreamReader::CarriedRead> StreamReader::CarryRead() {
+  if (stopped_ || !cmd_->connected() || !orphans_checked_) return std::nullopt;
+  if (hooks_.may_read && !hooks_.may_read()) return std::nullopt;
+  std::vector<size_t> read;
+  size_t count = std::numeric_limits<size_t>::max();
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    Stream& s = streams_[i];
+    if (!s.spec.blocking || !s.spec.capacity_ahead) continue;
+    if (!s.group_ready || s.in_flight || s.own_scan || !s.orphans.empty()) return std::nullopt;
+    size_t n = s.spec.capacity_ahead();
+    if (n == 0) continue;
+    read.push_back(i);
+    count = std::min(count, n);
+  }
+  if (read.empty()) return std::nullopt;
+  CarriedRead out;
+  out.count = count;
+  out.seq = ++carry_seq_;
+  for (size_t i : read) {
+    streams_[i].in_flight = true;
+    streams_[i].carried = out.seq;
+    out.streams.push_back(streams_[i].spec.key);
+  }
+  return out;
+}
+
+void StreamReader::TakeCarried(const CarriedRead& read, redisReply* reply) {
+  std::vector<size_t> which;
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    if (streams_[i].carried != read.seq) continue;  // settled already (its connection went)
+    streams_[i].carried = 0;
+    streams_[i].in_flight = false;
+    which.push_back(i);
+  }
+  if (which.empty() || stopped_) return;
+  if (reply == nullptr) {
+    for (size_t i : which) {
+      streams_[i].own_scan = true;
+      streams_[i].scan_from = "0";
+    }
+  } else if (reply->type == REDIS_REPLY_ERROR) {
+    LogWarn("reading along with results failed", {{"error", ReplyString(reply)}});
+    if (ReplyString(reply).rfind("NOGROUP", 0) == 0) RecheckGroups(which);
+  } else {
+    DeliverStreams(reply, true);
+  }
+  Read();
 }
 
 void StreamReader::FindOrphans() {

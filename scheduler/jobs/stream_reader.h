@@ -25,6 +25,12 @@
 //     connection, at most the smallest capacity of each (a heartbeat wakes every template's);
 //  4. the blocking streams that have capacity, in one XREADGROUP on the reader connection, at
 //     most the smallest capacity of each.
+// A read of the blocking streams may also ride along in a script call the owner makes anyway
+// (CarryRead: the job path's FINISH, scripts.h), when nothing above goes first. It takes what they
+// can take now or once the sandboxes being prepared are ready (capacity_ahead): on a busy queue,
+// the entry for a slot is read with the result of the job that slot just ran, and is there when
+// its next sandbox is, one round trip per job less than reading it then (issue 18: Redis round
+// trips and CPU per job). Its entries are marked read_ahead.
 // A daemon that is alive and connected never loses its entries, whatever the pause: only its
 // connections disappearing (it died, or Redis dropped it) lets a peer take them.
 //
@@ -35,6 +41,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -55,6 +62,15 @@ class StreamReader {
     bool blocking = true;    // read in the blocking read; else only when woken
     bool reclaim = true;     // dead daemons' pending entries of it are claimed here
     std::string wake_name;   // not blocking: the name Wake() takes (a template's)
+    // Optional, blocking streams: entries it can take now or once the sandboxes being prepared
+    // are ready (at least capacity()); a carried read takes that many. Unset: not carried.
+    std::function<size_t()> capacity_ahead;
+  };
+  // A read to carry: XREADGROUP COUNT `count` of `streams` (each with ">"), as this consumer.
+  struct CarriedRead {
+    std::vector<std::string> streams;
+    size_t count = 0;
+    uint64_t seq = 0;
   };
   struct Hooks {
     // Entries read (StreamEntry::stream says from where); they are the owner's now.
@@ -73,6 +89,7 @@ class StreamReader {
   // The job path's streams: the intake, then one forward queue per configured template.
   static std::vector<StreamSpec> JobStreams(const Keys& keys, const DaemonConfig& config,
                                             std::function<size_t()> intake_capacity,
+                                            std::function<size_t()> intake_capacity_ahead,
                                             std::function<size_t(uint32_t t)> template_capacity);
 
   // Every stream read, in the order given.
@@ -89,6 +106,15 @@ class StreamReader {
   // The stream(s) named `name` (all streams read when woken, if no stream has that name) may
   // hold entries: read them as soon as they have capacity.
   void Wake(std::string_view name);
+  // A read of the blocking streams that have a capacity_ahead, to ride along in a script call
+  // on the command connection, or nothing: when one of them is being read already, when own
+  // pending entries or orphans go first, or when none has room. The streams are in flight from
+  // now until TakeCarried gets its reply; the caller hands it over exactly once.
+  std::optional<CarriedRead> CarryRead();
+  // The carried read's reply: the XREADGROUP's own (nil: nothing; an error), or nullptr when the
+  // call's reply was lost, malformed or never sent: whatever the read took is pending here, and
+  // the own scan finds it.
+  void TakeCarried(const CarriedRead& read, redisReply* reply);
   // Draining: nothing more is read (a late reply's entries stay pending, unclaimed).
   void Stop();
   // Scans this consumer's own pending entries of each stream `wanted` names again, from the
@@ -102,6 +128,7 @@ class StreamReader {
     bool own_scan = true;      // own pending entries still to be read
     std::string scan_from = "0";  // the own scan's place
     bool in_flight = false;    // a read of this stream on the command connection is outstanding
+    uint64_t carried = 0;      // the seq of the carried read in flight, 0 for none
     // Woken streams: reasons to read it (wakes, heartbeats) so far, and how many of them the
     // last read that found it empty had covered. Equal: nothing to read.
     uint64_t wakes = 1, wakes_read = 0;
@@ -119,10 +146,10 @@ class StreamReader {
   void ListPending(std::shared_ptr<std::set<std::string>> alive, std::function<void()> done);
   void TakeOrphanList(size_t i, redisReply* pending, const std::set<std::string>& alive);
   // Hands over `entries` (an XREADGROUP/XCLAIM entry array) of stream `stream`, skipping held ones.
-  void Deliver(redisReply* entries, const std::string& stream);
+  void Deliver(redisReply* entries, const std::string& stream, bool read_ahead = false);
   // Hands over every stream's entries of a multi-stream XREADGROUP reply; the keys of the streams
   // that had any (the reply names only those).
-  std::set<std::string> DeliverStreams(redisReply* r);
+  std::set<std::string> DeliverStreams(redisReply* r, bool read_ahead = false);
   void RecheckGroups(const std::vector<size_t>& which);
 
   RedisAsync* reader_;
@@ -136,6 +163,7 @@ class StreamReader {
   bool orphan_search_in_flight_ = false;
   bool orphans_checked_ = false;  // the first look for orphans since connecting is done
   int64_t cmd_connected_since_us_ = 0;  // 0: not connected
+  uint64_t carry_seq_ = 0;
 };
 
 }  // namespace sandpool

@@ -205,12 +205,15 @@ return out
 
 const char* const kFinishScript = SANDPOOL_LUA_NOW_MS SANDPOOL_LUA_NOTIFY R"lua(
 local consumer, ttl, group, prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+-- The streams to read after the results (the last keys), and how many entries of each.
+local read_count, reads = ARGV[5], tonumber(ARGV[6])
+local nkeys = #KEYS - reads
 -- Who listens: nothing is published on a channel nobody is subscribed to at this moment (no
 -- pattern subscriber at all, and PUBSUB NUMSUB says 0), which is what PUBLISH would deliver too.
 local listened = nil
 if redis.call('PUBSUB', 'NUMPAT') == 0 then
   local channels = {}
-  for k = 4, #KEYS, 4 do channels[#channels + 1] = KEYS[k] end
+  for k = 4, nkeys, 4 do channels[#channels + 1] = KEYS[k] end
   local n = redis.call('PUBSUB', 'NUMSUB', unpack(channels))
   listened = {}
   for k = 1, #n, 2 do if n[k + 1] > 0 then listened[n[k]] = true end end
@@ -262,8 +265,8 @@ local function finish(k, a, live)
   return 'ok'
 end
 local out = {}
-local a = 5
-for k = 1, #KEYS, 4 do
+local a = 7
+for k = 1, nkeys, 4 do
   local live = tonumber(ARGV[a + 9])
   local ok, verdict = pcall(finish, k, a, live)
   out[#out + 1] = ok and verdict or sp_error(verdict)
@@ -324,6 +327,14 @@ for _, stream in ipairs(streams) do
   if #ids > 0 then redis.call('XDEL', stream, unpack(ids)) end
 end
 sp_expire_notified(ttl)
+if reads > 0 then
+  -- The read that rides along: XREADGROUP without BLOCK, which a script may run. Its reply (nil
+  -- when nothing was there, or its error) is the last element.
+  local cmd = {'XREADGROUP', 'GROUP', group, consumer, 'COUNT', read_count, 'STREAMS'}
+  for k = nkeys + 1, #KEYS do cmd[#cmd + 1] = KEYS[k] end
+  for k = nkeys + 1, #KEYS do cmd[#cmd + 1] = '>' end
+  out[#out + 1] = redis.pcall(unpack(cmd))
+end
 return out
 )lua";
 

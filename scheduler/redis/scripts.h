@@ -29,8 +29,10 @@
 //      the new job). "done" appends a record of the stored result to the entry's notify stream;
 //      "dup" adds the entry's target to the hash.
 //
-// FINISH KEYS: per entry: job hash, result key, queue stream, out channel
-//        ARGV: consumer, ttl s, group, prefix, then per entry: entry id, attempt, result bytes,
+// FINISH KEYS: per entry: job hash, result key, queue stream, out channel; then the streams to
+//              read (none, or the reader's: StreamReader::CarryRead)
+//        ARGV: consumer, ttl s, group, prefix, read count, how many streams to read, then per
+//              entry: entry id, attempt, result bytes,
 //              exited-event bytes, job id, the result's outcome, exit code ("" for nil) and error
 //              code ("" for none) for the completion records (an empty outcome: read from the
 //              bytes), the stage key ("" for none), n, then n live events held back
@@ -46,7 +48,9 @@
 //      end "ok" are acked and deleted with one XACK and one XDEL per stream. Events (live and
 //      exited) go only to channels someone listens to when the script runs (a pattern
 //      subscriber, or PUBSUB NUMSUB > 0): PUBLISH delivers nothing else, and a subscriber that
-//      came first (PROTOCOL.md section 2) is counted.
+//      came first (PROTOCOL.md section 2) is counted. With streams to read, one more element
+//      comes last: the reply of XREADGROUP GROUP <group> <consumer> COUNT <read count> STREAMS
+//      <them> > ..., run after everything above (nil when they held nothing new, or its error).
 //
 // REJECT KEYS: result key, queue stream, out channel
 //        ARGV: entry id, result bytes, ttl s, exited-event bytes, group, prefix, notify target,

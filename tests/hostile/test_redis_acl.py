@@ -175,8 +175,8 @@ def test_client_user_cannot_pattern_subscribe(acl_setup):
 def test_daemon_user_may_run_every_command_of_a_batched_finish(acl_setup):
     """A FINISH of four or more entries trims the queue's stream (XINFO GROUPS, XPENDING, XTRIM:
     PROTOCOL.md section 2); with two workers the daemon above rarely sends one, so the script runs
-    here directly, as the daemon's user, on a queue of its own: every command it calls must be in
-    the documented rules."""
+    here directly, as the daemon's user, on a queue of its own, carrying a read of that queue
+    (XREADGROUP inside the script): every command it calls must be in the documented rules."""
     server, d, client, port, url = acl_setup
     dump = Path(SANDPOOLD).parent / "sandpool_dump_scripts"
     finish = subprocess.run([str(dump), "finish"], capture_output=True, text=True, check=True).stdout
@@ -187,7 +187,8 @@ def test_daemon_user_may_run_every_command_of_a_batched_finish(acl_setup):
     ids = [new_id("acltrim") for _ in range(6)]
     entries = [daemon.xadd(q, {"id": i}).decode() for i in ids]
     daemon.xreadgroup("workers", "acl-test", {q: ">"}, count=5)  # the sixth stays queued
-    keys, args = [], ["acl-test", "60", "workers", "sandpool"]
+    # The FINISH also carries a read of the queue (StreamReader::CarryRead): the sixth entry.
+    keys, args = [], ["acl-test", "60", "workers", "sandpool", "5", "1"]
     for n, (i, e) in enumerate(zip(ids[:4], entries[:4])):
         keys += [f"sandpool:job:{i}", f"sandpool:result:{i}", q, f"sandpool:out:{i}"]
         if n == 0:
@@ -197,9 +198,12 @@ def test_daemon_user_may_run_every_command_of_a_batched_finish(acl_setup):
             args += [e, "1", "", "", i, "exit", "0", "", stage, "0"]
         else:
             args += [e, "1", "result", "exited", i, "exit", "0", "", "", "0"]
-    assert daemon.eval(finish, len(keys), *keys, *args) == [b"ok"] * 4
+    keys.append(q)
+    reply = daemon.eval(finish, len(keys), *keys, *args)
+    assert reply[:4] == [b"ok"] * 4
+    assert reply[4] == [[q.encode(), [[entries[5].encode(), [b"id", ids[5].encode()]]]]]
     assert client.get(f"sandpool:result:{ids[0]}") == b"r" * 70000
     assert not daemon.exists(f"sandpool:stage:{ids[0]}:acl-test:1")
-    # The four are gone (trimmed), the fifth still runs, the sixth is queued.
+    # The four are gone (trimmed), the fifth still runs, the sixth was read (pending, in the stream).
     assert [e.decode() for e, _ in daemon.xrange(q)] == entries[4:]
     daemon.delete(q)

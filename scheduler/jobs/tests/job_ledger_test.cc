@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,56 @@ TEST_F(JobLedgerTest, ResultsSentWhileRedisIsAwayWaitAndAreStoredWhenItAnswers) 
   EXPECT_EQ(ledger_->pending_results(), 0u);
   EXPECT_EQ(Must({"EXISTS", "sandpool:result:k1", "sandpool:result:k2"})->integer, 2);
   EXPECT_EQ(Must({"XLEN", stream_})->integer, 0);
+}
+
+// A read handed over by SetReadAlong rides in the turn's FINISH call (one script call, no
+// XREADGROUP of its own): its reply comes after the results' verdicts, with the entries queued
+// behind them, now pending for this consumer. A FINISH whose reply is lost hands over nullptr,
+// so the reader scans for what it may have taken.
+TEST_F(JobLedgerTest, AReadRidesAlongInTheTurnsFinishCall) {
+  std::string e1 = Queue("r1");
+  int claimed = 0;
+  ASSERT_TRUE(ledger_->Claim("r1", stream_, e1, 3, [&claimed](JobLedger::Verdict, uint32_t) { ++claimed; }));
+  ASSERT_TRUE(RunUntil([&] { return claimed == 1; }));
+  std::string next = ReplyStr(Must({"XADD", stream_, "*", "id", "r2"}).get());
+  int taken = 0;
+  std::vector<std::string> read_entries;
+  bool lost = false, held_when_read = true;
+  ledger_->SetReadAlong(
+      [&]() -> std::optional<JobLedger::ReadAlong> {
+        ++taken;
+        return JobLedger::ReadAlong{{stream_}, 5, static_cast<uint64_t>(taken)};
+      },
+      [&](const JobLedger::ReadAlong&, redisReply* reply) {
+        held_when_read = ledger_->held() > 0;
+        if (reply == nullptr) {
+          lost = true;
+          return;
+        }
+        ASSERT_EQ(reply->type, REDIS_REPLY_ARRAY);
+        const redisReply* entries = reply->element[0]->element[1];
+        for (size_t i = 0; i < entries->elements; ++i) read_entries.push_back(ReplyStr(entries->element[i]->element[0]));
+      });
+  Must({"CONFIG", "RESETSTAT"});
+  ledger_->Finish(Exited("r1", 1), stream_, e1, 1, "t");
+  ASSERT_TRUE(RunUntil([&] { return !read_entries.empty(); }));
+  EXPECT_EQ(taken, 1);
+  EXPECT_FALSE(held_when_read) << "the results' verdicts are taken first";
+  EXPECT_EQ(read_entries, std::vector<std::string>{next});
+  EXPECT_EQ(EvalCalls(), 1);
+  auto pending = Must({"XPENDING", stream_, "workers", "-", "+", "10", "d1"});
+  ASSERT_EQ(pending->elements, 1u);
+  EXPECT_EQ(ReplyStr(pending->element[0]->element[0]), next);
+
+  // The reply lost with the connection: the read is handed back as nullptr.
+  ledger_->Hold(stream_, next);
+  Must({"CLIENT", "PAUSE", "300000", "WRITE"});
+  ledger_->Finish(Exited("r2", 1), stream_, next, 1, "t");
+  ASSERT_TRUE(RunUntil([&] { return cmd_->OldestPendingMs() >= 2; }));
+  Must({"CLIENT", "KILL", "USER", "default", "SKIPME", "yes"});
+  ASSERT_TRUE(RunUntil([&] { return lost; }));
+  EXPECT_EQ(taken, 2);
+  Must({"CLIENT", "UNPAUSE"});
 }
 
 // A claim Redis refuses again and again (the job's hash key holds a string: its state cannot be

@@ -181,12 +181,15 @@ class FinishBatch : public BatchScripts {
     return entry;
   }
 
-  ReplyPtr Finish(const std::string& p, const std::vector<FinishArgs>& batch) {
-    std::vector<std::string> args = {"EVAL", kFinishScript, std::to_string(4 * batch.size())};
+  // `read`: streams (under `p`) the call reads after the results, `count` entries of each.
+  ReplyPtr Finish(const std::string& p, const std::vector<FinishArgs>& batch, const std::vector<std::string>& read = {},
+                  const std::string& count = "0") {
+    std::vector<std::string> args = {"EVAL", kFinishScript, std::to_string(4 * batch.size() + read.size())};
     for (const FinishArgs& f : batch) {
       args.insert(args.end(), {p + ":job:" + f.id, p + ":result:" + f.id, p + f.stream, p + ":out:" + f.id});
     }
-    args.insert(args.end(), {kConsumer, kTtl, kGroup, p});
+    for (const std::string& stream : read) args.push_back(p + stream);
+    args.insert(args.end(), {kConsumer, kTtl, kGroup, p, count, std::to_string(read.size())});
     for (const FinishArgs& f : batch) {
       if (!f.staged.empty()) {
         std::string stage = p + ":stage:" + f.id + ":" + kConsumer + ":" + f.attempt;
@@ -417,6 +420,65 @@ TEST_F(FinishBatch, FinishedEntriesLeaveTheStreamAndNothingElseDoes) {
   EXPECT_EQ(ids("t:q2"), (std::vector<std::string>{"20-6"}));
   EXPECT_EQ(Must({"XPENDING", "t:q2", kGroup})->element[0]->integer, 0);
   for (int i = 1; i <= 5; ++i) EXPECT_EQ(Str(Must({"GET", "t:result:j20-" + std::to_string(i)}).get()), "result-of-j20-" + std::to_string(i));
+}
+
+}  // namespace
+}  // namespace sandpool
+
+namespace sandpool {
+namespace {
+
+// A FINISH that carries a read (StreamReader::CarryRead) stores its results exactly as one that
+// does not, and then reads the stream as this consumer: the last element is XREADGROUP's reply,
+// the entries read are pending here (a lost reply leaves them for the own scan), and a stream
+// with nothing new gives nil. A read that fails (no such group) is an error element, and the
+// results are stored all the same.
+TEST_F(FinishBatch, ACarriedReadComesAfterTheResultsAsTheLastElement) {
+  const std::string p = "cr";
+  std::vector<FinishArgs> batch;
+  batch.push_back({"a", QueueAndClaim(p, ":q", "a"), ":q"});
+  batch.push_back({"b", QueueAndClaim(p, ":q", "b"), ":q"});
+  std::string c = Str(Must({"XADD", p + ":q", "20-1", "id", "c"}).get());
+  std::string d = Str(Must({"XADD", p + ":q", "20-2", "id", "d"}).get());
+  Must({"XADD", p + ":q", "20-3", "id", "e"});
+  auto r = Finish(p, batch, {":q"}, "2");
+  ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY);
+  ASSERT_EQ(r->elements, 3u);
+  EXPECT_EQ(Str(r->element[0]), "ok");
+  EXPECT_EQ(Str(r->element[1]), "ok");
+  const redisReply* read = r->element[2];
+  ASSERT_EQ(read->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(read->elements, 1u);
+  EXPECT_EQ(Str(read->element[0]->element[0]), p + ":q");
+  const redisReply* entries = read->element[0]->element[1];
+  ASSERT_EQ(entries->elements, 2u);
+  EXPECT_EQ(Str(entries->element[0]->element[0]), c);
+  EXPECT_EQ(Str(entries->element[1]->element[0]), d);
+  EXPECT_EQ(Strings(entries->element[1]->element[1]), (std::vector<std::string>{"id", "d"}));
+  EXPECT_EQ(Str(Must({"GET", p + ":result:a"}).get()), "result-of-a");
+  // The two read are pending for this consumer; the finished ones are not.
+  auto pending = Must({"XPENDING", p + ":q", kGroup, "-", "+", "10", kConsumer});
+  ASSERT_EQ(pending->elements, 2u);
+  EXPECT_EQ(Str(pending->element[0]->element[0]), c);
+
+  // The third, then nothing: nil.
+  r = Finish(p, {{"c", c, ":q"}}, {":q"}, "4");
+  ASSERT_TRUE(r && r->elements == 2u);
+  EXPECT_EQ(Str(r->element[0]), "ok") << "c was never claimed: the hash is written by FINISH itself";
+  EXPECT_EQ(r->element[1]->element[0]->element[1]->elements, 1u);
+  r = Finish(p, {{"d", d, ":q"}}, {":q"}, "4");
+  ASSERT_TRUE(r && r->elements == 2u);
+  EXPECT_EQ(r->element[1]->type, REDIS_REPLY_NIL);
+
+  // A stream without the group: the read's error, the result stored.
+  Must({"XADD", p + ":nogroup", "1-1", "id", "x"});
+  std::string e = Str(Must({"XRANGE", p + ":q", "20-3", "20-3"})->element[0]->element[0]);
+  r = Finish(p, {{"e", e, ":q"}}, {":nogroup"}, "1");
+  ASSERT_TRUE(r && r->elements == 2u);
+  EXPECT_EQ(Str(r->element[0]), "ok");
+  EXPECT_EQ(r->element[1]->type, REDIS_REPLY_ERROR);
+  EXPECT_NE(Str(r->element[1]).find("NOGROUP"), std::string::npos) << Str(r->element[1]);
+  EXPECT_EQ(Str(Must({"GET", p + ":result:e"}).get()), "result-of-e");
 }
 
 }  // namespace
