@@ -46,6 +46,7 @@ Daemon::~Daemon() {
 Status Daemon::Start() {
   started_ms_ = WallMs();
   waiting_.resize(config_.templates.size());
+  forwarded_.assign(config_.templates.size(), false);
   metrics_.AddQueue(config_.queue);
   loop_lag_ = std::make_unique<LoopLagProbe>(base_, &metrics_);
   if (network_) SP_RETURN_IF_ERROR(network_->Start(base_, &metrics_));
@@ -98,6 +99,11 @@ Status Daemon::Start() {
   StreamReader::Hooks reading;
   reading.on_entries = [this](std::vector<StreamEntry> e) { OnEntries(std::move(e)); };
   reading.holds = [this](const std::string& stream, const std::string& entry) { return ledger_->Holds(stream, entry); };
+  reading.on_empty = [this](const std::string& stream) {
+    for (uint32_t t = 0; t < config_.templates.size(); ++t) {
+      if (stream == keys_.Forward(config_.queue, config_.templates[t].name)) forwarded_[t] = false;
+    }
+  };
   stream_reader_ = std::make_unique<StreamReader>(
       reader_.get(), cmd_.get(), keys_, config_,
       StreamReader::JobStreams(keys_, config_, [this] { return IntakeCapacity(); },
@@ -231,7 +237,9 @@ void Daemon::Dispatch(StreamEntry e) {
   Slot* slot = pools_->ReadySlot(t);
   if (slot == nullptr) {
     bool first_wait = e.waiting_since_us == 0;
-    if (first_wait && e.read_ahead && pools_->RefillingCount(t) > waiting_[t].size()) {
+    bool intake = e.stream == keys_.Queue(config_.queue);
+    bool behind = intake && forwarded_[t];  // entries of its template wait in the forward queue
+    if (first_wait && !behind && e.read_ahead && pools_->RefillingCount(t) > waiting_[t].size()) {
       // Read with a result, for a sandbox of its template on its way: it waits for that one, as
       // planned (not a miss: the pool does not grow for it).
       e.waiting_since_us = MonotonicUs();
@@ -246,9 +254,11 @@ void Daemon::Dispatch(StreamEntry e) {
     }
     // No slot of its template here, and none coming: another daemon may have one. An entry
     // from the intake goes to the template's forward queue (a forward queue's entries stay:
-    // whoever reads one had a free slot for it a moment ago).
+    // whoever reads one had a free slot for it a moment ago). So does one that entries this
+    // daemon forwarded may still be ahead of (forwarded_).
     bool coming = pools_->PoolSize(t) > pools_->ReadyCount(t) + pools_->BusyCount(t);
-    if (first_wait && !coming && e.stream == keys_.Queue(config_.queue)) {
+    if (first_wait && (!coming || behind) && intake) {
+      forwarded_[t] = true;
       LogDebug("forwarding job", {{"job", job.spec.id}, {"template", config_.templates[t].name}});
       ledger_->Forward(job.spec.id, e.stream, e.id, keys_.Forward(config_.queue, config_.templates[t].name));
       cmd_->Command({"PUBLISH", keys_.prefix() + ":fwd", config_.templates[t].name}, [](redisReply*) {});

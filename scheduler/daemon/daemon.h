@@ -126,6 +126,11 @@ class Daemon {
   QueueFigures queue_figures_;  // the last ones read (heartbeat record)
 
   std::vector<std::deque<StreamEntry>> waiting_;  // per template: entries waiting for a slot here
+  // Per template: this daemon moved entries to its forward queue, and no read of that queue has
+  // found it empty since. Until one does, an intake entry of the template that cannot start at
+  // once goes there too, behind them: waiting here, it would take the template's next sandbox
+  // ahead of them, and under a steady load they would wait until the load stops.
+  std::vector<bool> forwarded_;
   std::map<std::string, Slot*> running_;          // job id -> slot
   std::map<std::string, KillReason> takeovers_;   // job id -> taken over: its result is dropped
   std::set<std::string> claiming_;                // job ids whose claim is on its way

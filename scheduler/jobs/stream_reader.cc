@@ -278,7 +278,9 @@ void StreamReader::ReadWoken(const std::vector<size_t>& which) {
     std::set<std::string> found = DeliverStreams(r);
     // Empty as of every reason to look that came before this read.
     for (size_t k = 0; k < which.size(); ++k) {
-      if (found.count(streams_[which[k]].spec.key) == 0) streams_[which[k]].wakes_read = wakes[k];
+      if (found.count(streams_[which[k]].spec.key) > 0) continue;
+      streams_[which[k]].wakes_read = wakes[k];
+      if (hooks_.on_empty) hooks_.on_empty(streams_[which[k]].spec.key);
     }
     if (!found.empty()) Read();  // there may be more
   });

@@ -80,6 +80,8 @@ class StreamReader {
     std::function<bool(const std::string& stream, const std::string& entry)> holds;
     // Optional: false while the owner may not take entries (not ready yet, draining).
     std::function<bool()> may_read;
+    // Optional: a read of a stream read when woken found nothing new in it.
+    std::function<void(const std::string& stream)> on_empty;
   };
 
   // `reader` carries the blocking read; everything else goes on `cmd`.

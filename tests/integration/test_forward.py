@@ -5,6 +5,7 @@ case the announcement was lost (pub/sub is at most once)."""
 import os
 import subprocess
 import tempfile
+import time
 
 import msgpack
 
@@ -65,3 +66,32 @@ def test_a_free_slot_alone_does_not_read_the_forward_queues(redis_server, daemon
     # At a heartbeat at most (5 s apart; the 20 jobs take about a second or two). Before, each of
     # the 20 jobs freed a slot and every forward queue was read again.
     assert len(reads) <= 2, reads
+
+
+def test_jobs_this_daemon_forwarded_are_not_overtaken_by_later_ones(redis_server, daemons):
+    """A daemon with idle slots of another template reads python entries as fast as they come. The
+    ones that find the python sandbox busy and none coming go to the python forward queue; an
+    entry read a moment later, while the slot's next sandbox is on its way, used to wait here and
+    take that sandbox, and so on for every later entry: the forwarded ones waited until the load
+    stopped (seen: 24 s in a bench). Now a later entry goes behind them while they may still be
+    there. Checked by order, not time: under a steady load, no job finishes after jobs submitted
+    more than a few places behind it."""
+    r = redis_server.client()
+    daemons(workers=2, extra=["--max-workers", "2", "--python-workers", "1", "--python-max-workers", "1",
+                              "--node-workers", "0"])
+    n, in_flight, slack = 40, 4, 6
+    ids = [new_id("fifo") for _ in range(n)]
+    finished, pending, nxt = [], [], 0
+    deadline = time.time() + 180
+    while len(finished) < n:
+        assert time.time() < deadline, f"stuck: finished {len(finished)} of {n}"
+        while nxt < n and len(pending) < in_flight:
+            submit(r, job_map(ids[nxt], code="print(1)", runtime="python"))
+            pending.append(ids[nxt])
+            nxt += 1
+        for job_id in [j for j in pending if r.exists(f"sandpool:result:{j}")]:
+            pending.remove(job_id)
+            finished.append(job_id)
+        time.sleep(0.01)
+    late = [(ids.index(j), rank) for rank, j in enumerate(finished) if rank > ids.index(j) + slack]
+    assert not late, f"(submitted, finished) places of jobs overtaken by later ones: {late}"
