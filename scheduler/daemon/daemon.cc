@@ -177,24 +177,20 @@ size_t Daemon::Waiting() const {
   return n;
 }
 
-// Ready slots not spoken for by entries already waiting here.
-size_t Daemon::IntakeCapacity() const {
+// `slots` not spoken for by the `waiting` entries already here; none while draining.
+size_t Daemon::Room(size_t slots, size_t waiting) const {
   if (draining_) return 0;
-  size_t ready = pools_->ReadyCount(), waiting = Waiting();
-  return ready > waiting ? ready - waiting : 0;
+  return slots > waiting ? slots - waiting : 0;
 }
+
+// Ready slots not spoken for by entries already waiting here.
+size_t Daemon::IntakeCapacity() const { return Room(pools_->ReadyCount(), Waiting()); }
 
 size_t Daemon::IntakeCapacityAhead() const {
-  if (draining_) return 0;
-  size_t room = pools_->ReadyCount() + pools_->RefillingCount(), waiting = Waiting();
-  return room > waiting ? room - waiting : 0;
+  return Room(pools_->ReadyCount() + pools_->RefillingCount(), Waiting());
 }
 
-size_t Daemon::TemplateCapacity(uint32_t t) const {
-  if (draining_) return 0;
-  size_t ready = pools_->ReadyCount(t), waiting = waiting_[t].size();
-  return ready > waiting ? ready - waiting : 0;
-}
+size_t Daemon::TemplateCapacity(uint32_t t) const { return Room(pools_->ReadyCount(t), waiting_[t].size()); }
 
 void Daemon::OnEntries(std::vector<StreamEntry> entries) {
   for (StreamEntry& e : entries) {

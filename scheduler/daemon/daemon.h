@@ -84,6 +84,7 @@ class Daemon {
   void OnJobFinished(Slot& s, const SlotJob& job, JobResult&& r);
 
   size_t Waiting() const;
+  size_t Room(size_t slots, size_t waiting) const;
   size_t IntakeCapacity() const;
   // The same, counting the slots whose next sandbox is being prepared (StreamReader::CarryRead).
   size_t IntakeCapacityAhead() const;

@@ -289,18 +289,25 @@ void StreamReader::ReadWoken(const std::vector<size_t>& which) {
   }
 }
 
-void StreamReader::ReadBlocking() {
-  if (blocking_in_flight_ || !reader_ || !reader_->connected()) return;
+std::vector<size_t> StreamReader::BlockingToRead(bool ahead, size_t* count) const {
   std::vector<size_t> read;
-  size_t count = std::numeric_limits<size_t>::max();
+  *count = std::numeric_limits<size_t>::max();
   for (size_t i = 0; i < streams_.size(); ++i) {
-    Stream& s = streams_[i];
+    const Stream& s = streams_[i];
     if (!s.spec.blocking || !s.group_ready || s.in_flight || s.own_scan || !s.orphans.empty()) continue;
-    size_t n = s.spec.capacity();
+    if (ahead && !s.spec.capacity_ahead) continue;
+    size_t n = ahead ? s.spec.capacity_ahead() : s.spec.capacity();
     if (n == 0) continue;
     read.push_back(i);
-    count = std::min(count, n);
+    *count = std::min(*count, n);
   }
+  return read;
+}
+
+void StreamReader::ReadBlocking() {
+  if (blocking_in_flight_ || !reader_ || !reader_->connected()) return;
+  size_t count = 0;
+  std::vector<size_t> read = BlockingToRead(false, &count);
   if (read.empty()) return;
   std::vector<std::string> args = {"XREADGROUP", "GROUP", std::string(Keys::kGroup), config_.consumer, "COUNT",
                                    std::to_string(count), "BLOCK", std::to_string(kBlockMs), "STREAMS"};
@@ -328,22 +335,13 @@ void StreamReader::ReadBlocking() {
   }
 }
 
-// Only what ReadBlocking would read (the same conditions, the same COUNT rule), but with room
-// counted ahead: the reply comes with the results that free the slots it is read for.
+// Only what ReadBlocking would read (BlockingToRead: the same conditions, the same COUNT rule),
+// but with room counted ahead: the reply comes with the results that free the slots it is read for.
 std::optional<StreamReader::CarriedRead> StreamReader::CarryRead() {
   if (stopped_ || !cmd_->connected() || !orphans_checked_) return std::nullopt;
   if (hooks_.may_read && !hooks_.may_read()) return std::nullopt;
-  std::vector<size_t> read;
-  size_t count = std::numeric_limits<size_t>::max();
-  for (size_t i = 0; i < streams_.size(); ++i) {
-    Stream& s = streams_[i];
-    if (!s.spec.blocking || !s.spec.capacity_ahead) continue;
-    if (!s.group_ready || s.in_flight || s.own_scan || !s.orphans.empty()) return std::nullopt;
-    size_t n = s.spec.capacity_ahead();
-    if (n == 0) continue;
-    read.push_back(i);
-    count = std::min(count, n);
-  }
+  size_t count = 0;
+  std::vector<size_t> read = BlockingToRead(true, &count);
   if (read.empty()) return std::nullopt;
   CarriedRead out;
   out.count = count;

@@ -144,6 +144,10 @@ class StreamReader {
   void ClaimOrphans(size_t i);
   void ReadWoken(const std::vector<size_t>& which);
   void ReadBlocking();
+  // The blocking streams a read may take now (not in flight, nothing going first, room), with
+  // room counted by capacity() or, `ahead`, by capacity_ahead() (streams without one left out);
+  // `count`: the smallest room among them (XREADGROUP's COUNT applies to each stream).
+  std::vector<size_t> BlockingToRead(bool ahead, size_t* count) const;
   void FindOrphans();
   void ListPending(std::shared_ptr<std::set<std::string>> alive, std::function<void()> done);
   void TakeOrphanList(size_t i, redisReply* pending, const std::set<std::string>& alive);
