@@ -101,7 +101,10 @@ Status Daemon::Start() {
   reading.holds = [this](const std::string& stream, const std::string& entry) { return ledger_->Holds(stream, entry); };
   reading.on_empty = [this](const std::string& stream) {
     for (uint32_t t = 0; t < config_.templates.size(); ++t) {
-      if (stream == keys_.Forward(config_.queue, config_.templates[t].name)) forwarded_[t] = false;
+      if (stream != keys_.Forward(config_.queue, config_.templates[t].name) || !forwarded_[t]) continue;
+      forwarded_[t] = false;
+      for (StreamEntry& e : waiting_[t]) e.behind_forwarded = false;
+      ServeWaiting(t);  // some were behind the forward queue's entries
     }
   };
   stream_reader_ = std::make_unique<StreamReader>(
@@ -190,7 +193,11 @@ size_t Daemon::IntakeCapacityAhead() const {
   return Room(pools_->ReadyCount() + pools_->RefillingCount(), Waiting());
 }
 
-size_t Daemon::TemplateCapacity(uint32_t t) const { return Room(pools_->ReadyCount(t), waiting_[t].size()); }
+size_t Daemon::TemplateCapacity(uint32_t t) const {
+  size_t owed = 0;
+  for (const StreamEntry& e : waiting_[t]) owed += !e.behind_forwarded;
+  return Room(pools_->ReadyCount(t), owed);
+}
 
 void Daemon::OnEntries(std::vector<StreamEntry> entries) {
   for (StreamEntry& e : entries) {
@@ -201,15 +208,19 @@ void Daemon::OnEntries(std::vector<StreamEntry> entries) {
 
 void Daemon::OnSlotReady(Slot& s) {
   pools_->UpdateGauges();
-  // Jobs that were waiting for this template's pool come first.
-  auto& waiting = waiting_[s.template_index()];
-  if (!waiting.empty() && !draining_) {
+  // Jobs that were waiting for this template's pool come first (after its forward queue's).
+  ServeWaiting(s.template_index());
+  stream_reader_->Read();
+  if (!notified_ready_) NotifySystemd();  // STATUS= lines go with the heartbeat, not every job
+}
+
+void Daemon::ServeWaiting(uint32_t t) {
+  auto& waiting = waiting_[t];
+  while (!waiting.empty() && !waiting.front().behind_forwarded && !draining_ && pools_->ReadyCount(t) > 0) {
     StreamEntry e = std::move(waiting.front());
     waiting.pop_front();
     Dispatch(std::move(e));
   }
-  stream_reader_->Read();
-  if (!notified_ready_) NotifySystemd();  // STATUS= lines go with the heartbeat, not every job
 }
 
 void Daemon::Dispatch(StreamEntry e) {
@@ -230,11 +241,13 @@ void Daemon::Dispatch(StreamEntry e) {
     return;
   }
   uint32_t t = job.template_index;
-  Slot* slot = pools_->ReadySlot(t);
+  bool intake = e.stream == keys_.Queue(config_.queue);
+  // Entries of its template this daemon forwarded wait in the forward queue: a new arrival goes
+  // behind them; a waiter handed a sandbox (ServeWaiting) is not behind any more.
+  bool behind = e.waiting_since_us == 0 ? intake && forwarded_[t] : e.behind_forwarded;
+  Slot* slot = behind ? nullptr : pools_->ReadySlot(t);
   if (slot == nullptr) {
     bool first_wait = e.waiting_since_us == 0;
-    bool intake = e.stream == keys_.Queue(config_.queue);
-    bool behind = intake && forwarded_[t];  // entries of its template wait in the forward queue
     if (first_wait && !behind && e.read_ahead && pools_->RefillingCount(t) > waiting_[t].size()) {
       // Read with a result, for a sandbox of its template on its way: it waits for that one, as
       // planned (not a miss: the pool does not grow for it).
@@ -250,17 +263,25 @@ void Daemon::Dispatch(StreamEntry e) {
     }
     // No slot of its template here, and none coming: another daemon may have one. An entry
     // from the intake goes to the template's forward queue (a forward queue's entries stay:
-    // whoever reads one had a free slot for it a moment ago). So does one that entries this
-    // daemon forwarded may still be ahead of (forwarded_).
-    bool coming = pools_->PoolSize(t) > pools_->ReadyCount(t) + pools_->BusyCount(t);
-    if (first_wait && (!coming || behind) && intake) {
+    // whoever reads one had a free slot for it a moment ago), behind any this daemon put there;
+    // not while entries wait here behind those (it would go ahead of them).
+    bool coming = pools_->ReadyCount(t) > 0 || pools_->PoolSize(t) > pools_->ReadyCount(t) + pools_->BusyCount(t);
+    bool waiters_behind = std::any_of(waiting_[t].begin(), waiting_[t].end(),
+                                      [](const StreamEntry& w) { return w.behind_forwarded; });
+    if (first_wait && !coming && intake && !waiters_behind) {
       forwarded_[t] = true;
       LogDebug("forwarding job", {{"job", job.spec.id}, {"template", config_.templates[t].name}});
+      // The FORWARD call goes first on the command connection, so any read of the forward queue
+      // sent after this wake finds the entry; a read sent before that finds it empty does not
+      // clear forwarded_ (StreamReader::Hooks::on_empty) and is followed by another.
       ledger_->Forward(job.spec.id, e.stream, e.id, keys_.Forward(config_.queue, config_.templates[t].name));
       cmd_->Command({"PUBLISH", keys_.prefix() + ":fwd", config_.templates[t].name}, [](redisReply*) {});
+      stream_reader_->NoteWake(config_.templates[t].name);
       return;
     }
-    // It waits for the next sandbox of its template (never a path with less isolation).
+    // It waits for the next sandbox of its template (never a path with less isolation), behind
+    // the forward queue's entries if this daemon put some there.
+    e.behind_forwarded = behind;
     waiting_[t].push_back(std::move(e));  // held, so its lease is renewed
     return;
   }

@@ -23,6 +23,9 @@ struct StreamEntry {
   // Read ahead of a ready slot, for one whose sandbox was being prepared (StreamReader::
   // CarryRead): waiting for that sandbox is the plan, not a miss.
   bool read_ahead = false;
+  // Waiting behind entries its daemon forwarded (Daemon::forwarded_): they get the template's
+  // sandboxes first.
+  bool behind_forwarded = false;
 };
 
 // A job naming a template this daemon has not configured: a snapshot's name, perhaps (PROTOCOL.md

@@ -128,6 +128,11 @@ void StreamReader::CreateGroups() {
 }
 
 void StreamReader::Wake(std::string_view name) {
+  NoteWake(name);
+  Read();
+}
+
+void StreamReader::NoteWake(std::string_view name) {
   bool known = false;
   for (const Stream& s : streams_) {
     if (!s.spec.blocking && s.spec.wake_name == name) known = true;
@@ -135,7 +140,6 @@ void StreamReader::Wake(std::string_view name) {
   for (Stream& s : streams_) {
     if (!s.spec.blocking && (!known || s.spec.wake_name == name)) ++s.wakes;
   }
-  Read();
 }
 
 void StreamReader::Heartbeat() {
@@ -276,13 +280,20 @@ void StreamReader::ReadWoken(const std::vector<size_t>& which) {
       return;
     }
     std::set<std::string> found = DeliverStreams(r);
-    // Empty as of every reason to look that came before this read.
+    // Empty as of every reason to look that came before this read; empty now only if none came
+    // since (a wake sent after this read, e.g. for an entry just moved there, is read again).
+    bool again = !found.empty();  // there may be more
     for (size_t k = 0; k < which.size(); ++k) {
-      if (found.count(streams_[which[k]].spec.key) > 0) continue;
-      streams_[which[k]].wakes_read = wakes[k];
-      if (hooks_.on_empty) hooks_.on_empty(streams_[which[k]].spec.key);
+      Stream& s = streams_[which[k]];
+      if (found.count(s.spec.key) > 0) continue;
+      s.wakes_read = wakes[k];
+      if (s.wakes != wakes[k]) {
+        again = true;
+      } else if (hooks_.on_empty) {
+        hooks_.on_empty(s.spec.key);
+      }
     }
-    if (!found.empty()) Read();  // there may be more
+    if (again) Read();
   });
   if (!sent) {
     for (size_t i : which) streams_[i].in_flight = false;

@@ -80,7 +80,8 @@ class StreamReader {
     std::function<bool(const std::string& stream, const std::string& entry)> holds;
     // Optional: false while the owner may not take entries (not ready yet, draining).
     std::function<bool()> may_read;
-    // Optional: a read of a stream read when woken found nothing new in it.
+    // Optional: a read of a stream read when woken found nothing new in it, and no reason to
+    // look again (Wake) came while it was on its way.
     std::function<void(const std::string& stream)> on_empty;
   };
 
@@ -108,6 +109,9 @@ class StreamReader {
   // The stream(s) named `name` (all streams read when woken, if no stream has that name) may
   // hold entries: read them as soon as they have capacity.
   void Wake(std::string_view name);
+  // The same without reading now (the caller is in the middle of handing entries over; the next
+  // Read() takes it into account).
+  void NoteWake(std::string_view name);
   // A read of the blocking streams that have a capacity_ahead, to ride along in a script call
   // on the command connection, or nothing: when one of them is being read already, when own
   // pending entries or orphans go first, or when none has room. The streams are in flight from

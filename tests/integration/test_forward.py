@@ -73,13 +73,14 @@ def test_jobs_this_daemon_forwarded_are_not_overtaken_by_later_ones(redis_server
     ones that find the python sandbox busy and none coming go to the python forward queue; an
     entry read a moment later, while the slot's next sandbox is on its way, used to wait here and
     take that sandbox, and so on for every later entry: the forwarded ones waited until the load
-    stopped (seen: 24 s in a bench). Now a later entry goes behind them while they may still be
+    stopped (seen: 24 s in a bench). Now a later entry waits behind them while they may still be
     there. Checked by order, not time: under a steady load, no job finishes after jobs submitted
-    more than a few places behind it."""
+    more than a few places behind it. (Code that lets later entries go first: 10-19 places late
+    in this run; with the rule: 0.)"""
     r = redis_server.client()
     daemons(workers=2, extra=["--max-workers", "2", "--python-workers", "1", "--python-max-workers", "1",
                               "--node-workers", "0"])
-    n, in_flight, slack = 40, 4, 6
+    n, in_flight, slack = 120, 8, 3
     ids = [new_id("fifo") for _ in range(n)]
     finished, pending, nxt = [], [], 0
     deadline = time.time() + 180
