@@ -44,13 +44,24 @@ def code_state() -> str:
     return commit + (" (dirty tree: built from the working tree)" if dirty else "")
 
 
+def _repo_relative(path: str) -> str:
+    """`path` relative to the repository root when it lies inside it; otherwise only its name (a
+    results file is tracked, and this machine's directories mean nothing on another)."""
+    root = Path(__file__).resolve().parent.parent
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(root))
+    except ValueError:
+        return f"{resolved.name} (outside the repository)"
+
+
 def header(title: str, command: str, started: float, code: str = "") -> List[str]:
     """Markdown lines: the title and the run's facts. `started` is time.time() at the start;
     `code`, code_state() at the start (now, when not given)."""
     code = code or code_state()
     daemon = os.environ.get("SANDPOOLD")
     if daemon:
-        code += f"; daemon binary `{daemon}` (SANDPOOLD)"
+        code += f"; daemon binary `{_repo_relative(daemon)}` (SANDPOOLD)"
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     return [
         f"# {title}", "",
