@@ -264,7 +264,8 @@ void Daemon::Dispatch(StreamEntry e) {
     // No slot of its template here, and none coming: another daemon may have one. An entry
     // from the intake goes to the template's forward queue (a forward queue's entries stay:
     // whoever reads one had a free slot for it a moment ago), behind any this daemon put there;
-    // not while entries wait here behind those (it would go ahead of them).
+    // not while entries wait here behind those (it would go ahead of them). A ready sandbox held
+    // for the forward queue's entries (`behind`) counts as coming: the entry waits for the next.
     bool coming = pools_->ReadyCount(t) > 0 || pools_->PoolSize(t) > pools_->ReadyCount(t) + pools_->BusyCount(t);
     bool waiters_behind = std::any_of(waiting_[t].begin(), waiting_[t].end(),
                                       [](const StreamEntry& w) { return w.behind_forwarded; });

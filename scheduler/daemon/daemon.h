@@ -137,9 +137,9 @@ class Daemon {
   // once waits here behind them (StreamEntry::behind_forwarded), and a sandbox that the entries
   // waiting from before are not owed is read for from the forward queue (TemplateCapacity).
   // Handed to the later waiters, it would go ahead of them, and under a steady load they would
-  // wait until the load stops. (Forwarding the waiters too, behind them, keeps the order but costs every job a
-  // FORWARD call, its PUBLISH and a read of the forward queue: 5.8 round trips per python job
-  // at 64 in flight instead of 2-3.)
+  // wait until the load stops. (Forwarding the waiters too, behind them, keeps the order but
+  // costs every job a FORWARD call, its PUBLISH and a read of the forward queue: 5.8 round trips
+  // per python job at 64 in flight instead of 2-3.)
   std::vector<bool> forwarded_;
   std::map<std::string, Slot*> running_;          // job id -> slot
   std::map<std::string, KillReason> takeovers_;   // job id -> taken over: its result is dropped
