@@ -187,24 +187,19 @@ __attribute__((noinline)) long NurserySpawn(const int (&fds)[6], int sock) {
 }  // namespace
 
 long NurseryServe(int sock) {
-  // Children (the sandboxes' inits) are reaped as they end: SIGCHLD is blocked but while
-  // waiting for the keeper, and wakes that wait (a handler, since an ignored signal would not).
-  // The job's process resets both (StubPrologue) before it returns from here.
-  sigset_t chld, waiting;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  if (::sigprocmask(SIG_BLOCK, &chld, &waiting) != 0) return -errno;
-  sigdelset(&waiting, SIGCHLD);
+  // Children (the sandboxes' inits) are released by the kernel as they end, not reaped here
+  // (SIGCHLD ignored): an init that exits leaves its cgroup and the slot at once, where a reap
+  // by the mother waited for her to be scheduled, and the keeper, which waits for the cgroup to
+  // empty before the slot's next sandbox, polled for it (about twice a job). Their stacks are
+  // free again when the kernel clears the word (CLONE_CHILD_CLEARTID), which does not wait for
+  // a reap. init and the job's process reset every disposition (ResetSignals) first thing.
   struct sigaction sa = {};
-  sa.sa_handler = [](int) {};
+  sa.sa_handler = SIG_IGN;
   if (::sigaction(SIGCHLD, &sa, nullptr) != 0) return -errno;
   if (!ReceiveConfig(sock)) return -EINVAL;
   for (;;) {
     struct pollfd p = {sock, POLLIN, 0};
-    int n = ::ppoll(&p, 1, nullptr, &waiting);
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
-    if (n <= 0) continue;  // a child ended (EINTR)
+    if (::poll(&p, 1, -1) <= 0) continue;  // EINTR
     char tag = 0;
     int fds[6];
     size_t got = 0;
