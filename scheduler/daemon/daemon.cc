@@ -46,7 +46,7 @@ Daemon::~Daemon() {
 Status Daemon::Start() {
   started_ms_ = WallMs();
   waiting_.resize(config_.templates.size());
-  forwarded_.assign(config_.templates.size(), false);
+  forwarded_.assign(config_.templates.size(), ForwardMark{});
   metrics_.AddQueue(config_.queue);
   loop_lag_ = std::make_unique<LoopLagProbe>(base_, &metrics_);
   if (network_) SP_RETURN_IF_ERROR(network_->Start(base_, &metrics_));
@@ -100,12 +100,8 @@ Status Daemon::Start() {
   reading.on_entries = [this](std::vector<StreamEntry> e) { OnEntries(std::move(e)); };
   reading.holds = [this](const std::string& stream, const std::string& entry) { return ledger_->Holds(stream, entry); };
   reading.on_empty = [this](const std::string& stream) {
-    for (uint32_t t = 0; t < config_.templates.size(); ++t) {
-      if (stream != keys_.Forward(config_.queue, config_.templates[t].name) || !forwarded_[t]) continue;
-      forwarded_[t] = false;
-      for (StreamEntry& e : waiting_[t]) e.behind_forwarded = false;
-      ServeWaiting(t);  // some were behind the forward queue's entries
-    }
+    int t = ForwardTemplate(stream);
+    if (t >= 0) ClearForwardMark(static_cast<uint32_t>(t));
   };
   stream_reader_ = std::make_unique<StreamReader>(
       reader_.get(), cmd_.get(), keys_, config_,
@@ -202,8 +198,32 @@ size_t Daemon::TemplateCapacity(uint32_t t) const {
 void Daemon::OnEntries(std::vector<StreamEntry> entries) {
   for (StreamEntry& e : entries) {
     if (draining_) return;  // left pending, unclaimed: another daemon (or our restart) runs them
+    int t = ForwardTemplate(e.stream);
+    const ForwardMark* mark = t >= 0 ? &forwarded_[static_cast<size_t>(t)] : nullptr;
+    // Not older than the newest entry this daemon forwarded there: every one it forwarded has
+    // been read (forwarded_). This one goes first, then the waiters that were behind them.
+    bool past = mark != nullptr && mark->set && mark->replies_owed == 0 && !mark->last.empty() &&
+                !EntryIdBefore(e.id, mark->last);
     Dispatch(std::move(e));
+    if (past) ClearForwardMark(static_cast<uint32_t>(t));
   }
+}
+
+int Daemon::ForwardTemplate(const std::string& stream) const {
+  if (stream == keys_.Queue(config_.queue)) return -1;
+  for (uint32_t t = 0; t < config_.templates.size(); ++t) {
+    if (stream == keys_.Forward(config_.queue, config_.templates[t].name)) return static_cast<int>(t);
+  }
+  return -1;
+}
+
+void Daemon::ClearForwardMark(uint32_t t) {
+  ForwardMark& m = forwarded_[t];
+  if (!m.set) return;
+  m.set = false;
+  m.last.clear();
+  for (StreamEntry& e : waiting_[t]) e.behind_forwarded = false;
+  ServeWaiting(t);  // some were behind the forward queue's entries
 }
 
 void Daemon::OnSlotReady(Slot& s) {
@@ -244,7 +264,7 @@ void Daemon::Dispatch(StreamEntry e) {
   bool intake = e.stream == keys_.Queue(config_.queue);
   // Entries of its template this daemon forwarded wait in the forward queue: a new arrival goes
   // behind them; a waiter handed a sandbox (ServeWaiting) is not behind any more.
-  bool behind = e.waiting_since_us == 0 ? intake && forwarded_[t] : e.behind_forwarded;
+  bool behind = e.waiting_since_us == 0 ? intake && forwarded_[t].set : e.behind_forwarded;
   Slot* slot = behind ? nullptr : pools_->ReadySlot(t);
   if (slot == nullptr) {
     bool first_wait = e.waiting_since_us == 0;
@@ -270,12 +290,21 @@ void Daemon::Dispatch(StreamEntry e) {
     bool waiters_behind = std::any_of(waiting_[t].begin(), waiting_[t].end(),
                                       [](const StreamEntry& w) { return w.behind_forwarded; });
     if (first_wait && !coming && intake && !waiters_behind) {
-      forwarded_[t] = true;
+      ForwardMark& mark = forwarded_[t];
+      mark.set = true;
+      ++mark.replies_owed;
       LogDebug("forwarding job", {{"job", job.spec.id}, {"template", config_.templates[t].name}});
       // The FORWARD call goes first on the command connection, so any read of the forward queue
       // sent after this wake finds the entry; a read sent before that finds it empty does not
-      // clear forwarded_ (StreamReader::Hooks::on_empty) and is followed by another.
-      ledger_->Forward(job.spec.id, e.stream, e.id, keys_.Forward(config_.queue, config_.templates[t].name));
+      // clear forwarded_ (StreamReader::Hooks::on_empty) and is followed by another. Its reply
+      // comes before any such read's. One that never came (Redis failed it) leaves `last` as it
+      // was: the waiters may then go ahead of that one entry, no further.
+      ledger_->Forward(job.spec.id, e.stream, e.id, keys_.Forward(config_.queue, config_.templates[t].name),
+                       [this, t](const std::string& moved) {
+                         ForwardMark& m = forwarded_[t];
+                         if (m.replies_owed > 0) --m.replies_owed;
+                         if (m.set && !moved.empty() && (m.last.empty() || EntryIdBefore(m.last, moved))) m.last = moved;
+                       });
       cmd_->Command({"PUBLISH", keys_.prefix() + ":fwd", config_.templates[t].name}, [](redisReply*) {});
       stream_reader_->NoteWake(config_.templates[t].name);
       return;

@@ -84,6 +84,11 @@ class Daemon {
   // Hands template `t`'s ready sandboxes to the entries waiting for one, oldest first, up to the
   // first that waits behind its forward queue (forwarded_).
   void ServeWaiting(uint32_t t);
+  // The template whose forward queue `stream` is, or -1.
+  int ForwardTemplate(const std::string& stream) const;
+  // The entries this daemon forwarded are out of template `t`'s forward queue: the ones waiting
+  // behind them are not behind anything any more.
+  void ClearForwardMark(uint32_t t);
   void OnJobFinished(Slot& s, const SlotJob& job, JobResult&& r);
 
   size_t Waiting() const;
@@ -132,15 +137,25 @@ class Daemon {
   QueueFigures queue_figures_;  // the last ones read (heartbeat record)
 
   std::vector<std::deque<StreamEntry>> waiting_;  // per template: entries waiting for a slot here
-  // Per template: this daemon moved entries to its forward queue, and no read of that queue has
-  // found it empty since. Until one does, an intake entry of the template that cannot start at
-  // once waits here behind them (StreamEntry::behind_forwarded), and a sandbox that the entries
-  // waiting from before are not owed is read for from the forward queue (TemplateCapacity).
-  // Handed to the later waiters, it would go ahead of them, and under a steady load they would
-  // wait until the load stops. (Forwarding the waiters too, behind them, keeps the order but
-  // costs every job a FORWARD call, its PUBLISH and a read of the forward queue: 5.8 round trips
-  // per python job at 64 in flight instead of 2-3.)
-  std::vector<bool> forwarded_;
+  // Per template: this daemon moved entries to its forward queue, and they may still be there.
+  // Until they are not, an intake entry of the template that cannot start at once waits here
+  // behind them (StreamEntry::behind_forwarded), and a sandbox that the entries waiting from
+  // before are not owed is read for from the forward queue (TemplateCapacity). Handed to the
+  // later waiters, it would go ahead of them, and under a steady load they would wait until the
+  // load stops. (Forwarding the waiters too, behind them, keeps the order but costs every job a
+  // FORWARD call, its PUBLISH and a read of the forward queue: 5.8 round trips per python job at
+  // 64 in flight instead of 2-3.)
+  // They are known to be out when a read of the queue comes back empty, or when an entry read
+  // from it (by this daemon) is not older than the newest one this daemon moved there (`last`,
+  // FORWARD's reply): the group hands the queue's entries out in order, so every older one has
+  // been read, by some daemon. The second matters when other daemons keep forwarding into the
+  // queue: it may never be empty while the load lasts, and the waiters behind would wait as long.
+  struct ForwardMark {
+    bool set = false;
+    int replies_owed = 0;  // FORWARD calls not answered yet: `last` may not be the newest
+    std::string last;      // entry id, "" if none known
+  };
+  std::vector<ForwardMark> forwarded_;
   std::map<std::string, Slot*> running_;          // job id -> slot
   std::map<std::string, KillReason> takeovers_;   // job id -> taken over: its result is dropped
   std::set<std::string> claiming_;                // job ids whose claim is on its way

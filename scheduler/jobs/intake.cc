@@ -1,12 +1,23 @@
 #include "scheduler/jobs/intake.h"
 
 #include <cstdlib>
+#include <utility>
 
 #include "common/runtimes.h"
 
 namespace sandpool {
 
 int64_t EntryMs(const std::string& entry_id) { return std::strtoll(entry_id.c_str(), nullptr, 10); }
+
+bool EntryIdBefore(const std::string& a, const std::string& b) {
+  auto parse = [](const std::string& id) {
+    char* end = nullptr;
+    unsigned long long ms = std::strtoull(id.c_str(), &end, 10);
+    unsigned long long seq = *end == '-' ? std::strtoull(end + 1, nullptr, 10) : 0;
+    return std::pair<unsigned long long, unsigned long long>(ms, seq);
+  };
+  return parse(a) < parse(b);
+}
 
 namespace {
 

@@ -60,5 +60,7 @@ int TemplateFor(const JobSpec& spec, const DaemonConfig& config);
 
 // The wall-clock milliseconds a stream entry id carries.
 int64_t EntryMs(const std::string& entry_id);
+// Whether stream entry id `a` ("ms-seq") comes before `b` in their stream, as Redis orders them.
+bool EntryIdBefore(const std::string& a, const std::string& b);
 
 }  // namespace sandpool

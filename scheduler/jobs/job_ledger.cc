@@ -303,10 +303,13 @@ void JobLedger::Ack(const std::string& stream, const std::string& entry) {
 }
 
 void JobLedger::Forward(const std::string& job_id, const std::string& stream, const std::string& entry,
-                        const std::string& to) {
+                        const std::string& to, std::function<void(const std::string& moved)> moved) {
   held_.erase({stream, entry});
   cmd_->Eval(kForwardScript, {"3", stream, to, keys_.Job(job_id), entry, std::string(Keys::kGroup)},
-                [](redisReply*) {});
+             [moved = std::move(moved)](redisReply* reply) {
+               bool ok = reply != nullptr && reply->type == REDIS_REPLY_STRING;
+               moved(ok ? std::string(reply->str, reply->len) : std::string());
+             });
 }
 
 void JobLedger::Publish(const std::string& job_id, std::string event) {

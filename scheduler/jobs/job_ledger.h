@@ -111,8 +111,10 @@ class JobLedger {
               std::string message, const std::map<std::string, std::string>& fields, bool dead_letter);
   // Acks and deletes an entry that needs no result (a duplicate, one that has a result).
   void Ack(const std::string& stream, const std::string& entry);
-  // Moves an entry to its template's forward queue (FORWARD); the lease goes with it.
-  void Forward(const std::string& job_id, const std::string& stream, const std::string& entry, const std::string& to);
+  // Moves an entry to its template's forward queue (FORWARD); the lease goes with it. `moved`
+  // gets the entry's id there, or "" if Redis did not answer or the entry was gone.
+  void Forward(const std::string& job_id, const std::string& stream, const std::string& entry, const std::string& to,
+               std::function<void(const std::string& moved)> moved);
   // At-most-once live event of a job (PROTOCOL.md section 6): held back for at most
   // kEventHoldMs, then published, or sent with the job's FINISH if that comes first. Events of
   // one job keep their order.

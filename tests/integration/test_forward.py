@@ -96,3 +96,39 @@ def test_jobs_this_daemon_forwarded_are_not_overtaken_by_later_ones(redis_server
         time.sleep(0.01)
     late = [(ids.index(j), rank) for rank, j in enumerate(finished) if rank > ids.index(j) + slack]
     assert not late, f"(submitted, finished) places of jobs overtaken by later ones: {late}"
+
+
+def test_waiters_behind_a_forward_are_not_starved_by_another_daemons_forwards(redis_server, daemons):
+    """A daemon's jobs waiting behind entries it forwarded used to be served only once a read of
+    the forward queue came back empty. Another daemon that keeps forwarding into that queue (its
+    own python sandbox is busy) kept it from ever being empty: those few jobs waited until the
+    whole load had passed, while the jobs submitted after them ran (in this run: the last three
+    to finish, 40-100 places late, 4 runs of 4). Now they wait only until the entries this
+    daemon forwarded have been read from the queue, by anyone: the queue's ids tell (2-3 places
+    late, 5 runs)."""
+    r = redis_server.client()
+    one_py = ["--max-workers", "2", "--python-workers", "1", "--python-max-workers", "1", "--node-workers", "0"]
+    # The forwarding daemon: its only python sandbox is busy throughout, so it forwards every
+    # python entry it reads.
+    forwarder = daemons(workers=2, extra=one_py, consumer="fwd-busy")
+    blocker = submit(r, job_map(new_id("block"), code="import time; time.sleep(120)", runtime="python"))
+    wait_for(lambda: r.hget(f"sandpool:job:{blocker}", "state") == b"running", 30, "the blocker to run")
+    assert r.hget(f"sandpool:job:{blocker}", "consumer") == forwarder.consumer.encode()
+    # The serving daemon: one python sandbox, idle default slots, so it reads the intake too.
+    daemons(workers=2, extra=one_py, consumer="fwd-serves")
+    n, slack = 160, 12
+    ids = [new_id("burst") for _ in range(n)]
+    for job_id in ids:
+        submit(r, job_map(job_id, code="print(1)", runtime="python"))
+    finished, pending = [], list(ids)
+    deadline = time.time() + 240
+    while pending:
+        assert time.time() < deadline, f"stuck: finished {len(finished)} of {n}"
+        for job_id in [j for j in pending if r.exists(f"sandpool:result:{j}")]:
+            pending.remove(job_id)
+            finished.append(job_id)
+        time.sleep(0.02)
+    r.hset(f"sandpool:job:{blocker}", "cancel", "1")
+    r.publish("sandpool:cancel", blocker)
+    late = [(ids.index(j), rank) for rank, j in enumerate(finished) if rank > ids.index(j) + slack]
+    assert not late, f"(submitted, finished) places of jobs overtaken by many later ones: {late}"
