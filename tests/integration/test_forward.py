@@ -103,7 +103,7 @@ def test_waiters_behind_a_forward_are_not_starved_by_another_daemons_forwards(re
     the forward queue came back empty. Another daemon that keeps forwarding into that queue (its
     own python sandbox is busy) kept it from ever being empty: those few jobs waited until the
     whole load had passed, while the jobs submitted after them ran (in this run: the last three
-    to finish, 40-100 places late, 4 runs of 4). Now they wait only until the entries this
+    to finish, 40-120 places late, 6 runs of 6). Now they wait only until the entries this
     daemon forwarded have been read from the queue, by anyone: the queue's ids tell (2-3 places
     late, 5 runs)."""
     r = redis_server.client()
