@@ -125,6 +125,13 @@ const std::vector<Option>& Options() {
        [](DaemonConfig* c, const std::string& v) {
          return ParseLogLevel(v, &c->log_level) ? Status::Ok() : Status::Error("unknown log level '" + v + "'");
        }},
+      {"cpu-policy", "batch (default) or other: the CPU scheduling policy of the daemon and all it starts (keepers, "
+                     "sandboxes); batch: a woken process waits for the running one's turn instead of preempting it",
+       [](DaemonConfig* c, const std::string& v) {
+         if (v != "batch" && v != "other") return Status::Error("--cpu-policy must be batch or other");
+         c->cpu_batch = v == "batch";
+         return Status::Ok();
+       }},
       {"result-ttl", "seconds results and job records are kept", Uint(&DaemonConfig::result_ttl_s)},
       {"grace-ms", "on SIGTERM, how long running jobs may finish before they are killed", Uint(&DaemonConfig::grace_ms)},
       {"heartbeat-ms", "heartbeat and lease-refresh interval", Uint(&DaemonConfig::heartbeat_ms)},

@@ -72,6 +72,8 @@ struct DaemonConfig {
   uint64_t max_payload_bytes = 20ull << 20;
   std::string cgroup_mode = "auto";
   bool allow_missing_controllers = false;
+  // --cpu-policy: SCHED_BATCH for the daemon and everything it starts (main.cc), else SCHED_OTHER.
+  bool cpu_batch = true;
   ServerLimits limits;
   SandboxConfig sandbox;  // the defaults every template starts from
   uint32_t max_workers = 0;          // default template's maximum (0: max(workers, 16))

@@ -41,6 +41,15 @@ TEST(Config, ErrorsNameTheOption) {
   EXPECT_FALSE(Parse({"--consumer", "a b"}, &c).ok());
   EXPECT_FALSE(Parse({"--lease-ms", "10", "--heartbeat-ms", "1000"}, &c).ok());
   EXPECT_FALSE(Parse({"--uid-base", "0"}, &c).ok());
+  EXPECT_FALSE(Parse({"--cpu-policy", "fifo"}, &c).ok());
+}
+
+TEST(Config, CpuPolicyIsBatchUnlessToldOther) {
+  DaemonConfig c;
+  ASSERT_TRUE(Parse({}, &c).ok());
+  EXPECT_TRUE(c.cpu_batch);
+  ASSERT_TRUE(Parse({"--cpu-policy", "other"}, &c).ok());
+  EXPECT_FALSE(c.cpu_batch);
 }
 
 TEST(Config, ParsesSizesAndCpus) {
