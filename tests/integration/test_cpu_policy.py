@@ -2,16 +2,13 @@
 everything it starts, down to a job's own process; SCHED_OTHER when told so. Checked from the
 host (/proc/<pid>/stat's policy field) and from inside a job (sched_getscheduler)."""
 
-import os
-
-from sandpool_harness import job_map, new_id, submit, wait_results
+from sandpool_harness import job_map, new_id, proc_stat_field, submit, wait_results
 
 SCHED_OTHER, SCHED_BATCH = 0, 3
 
 
 def policy(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[38])  # field 41, counted after the comm
+    return proc_stat_field(pid, 41)
 
 
 def job_policies(r):

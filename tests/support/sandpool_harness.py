@@ -231,10 +231,16 @@ class Daemon:
             return ""
 
 
-def parent_pid(pid: int) -> int:
+def proc_stat_field(pid: int, field: int) -> int:
+    """Field `field` of /proc/<pid>/stat, numbered as in proc(5) (4: ppid, 41: policy), read after the
+    comm's closing parenthesis so that a comm with spaces or parentheses cannot shift it."""
     with open(f"/proc/{pid}/stat", "rb") as f:
         stat = f.read()
-    return int(stat[stat.rindex(b")") + 2:].split()[1])
+    return int(stat[stat.rindex(b")") + 2:].split()[field - 3])
+
+
+def parent_pid(pid: int) -> int:
+    return proc_stat_field(pid, 4)
 
 
 def children_of(pid: int) -> List[int]:
