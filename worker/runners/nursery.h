@@ -14,7 +14,7 @@
 // no capabilities, no_new_privs, rlimits, seccomp), then returns into the interpreter, which
 // speaks the zygote protocol (zygote.h). No exec and no interpreter start-up per sandbox.
 //
-// A python mother loads the library herself (ctypes) and calls its C interface. A shell cannot
+// A python mother loads the library herself (through _ctypes) and calls its C interface. A shell cannot
 // load a library: a sh or bash mother is the warm shell started with the loader preloading the
 // library and binding every symbol at once (sandbox_init.h, kNurseryPreloadEnv), and the
 // library's constructor, which runs before the shell's main, is the mother (nursery_lib.cc). In

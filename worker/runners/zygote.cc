@@ -49,7 +49,7 @@ import os, sys
 def _sandpool_preload():
     # What most snippets import, and nothing slow to load: without a nursery every sandbox pays
     # for the preload while it is prepared (measured: ~60 modules cost ~65 ms of CPU).
-    import errno, gc, json, types, traceback
+    import errno, gc, json, types
     import re, math, collections, itertools, functools, datetime, random, string, time, io, struct, base64
     # What the job's own path uses, bound here once: with a nursery every name below is a page
     # the mother already holds, and each job's process only reads it. What a job's process
@@ -57,10 +57,12 @@ def _sandpool_preload():
     # on the bench machine (bench/analysis.md): hence the C-level signal module (the signal
     # module's enum conversions touch ~35 pages), the JSON scanner without json.loads' regex
     # wrapper (~20), atexit called only when something registered (~40), and the environment
-    # changed only where it differs (~30).
+    # changed only where it differs (~30). Not `traceback` (0.4 MiB of the mother's memory, with
+    # linecache and tokenize): an uncaught exception is shown as python3 -c shows it, by
+    # sys.excepthook, whose default is the interpreter's display, in C (_sandpool_report).
     import _signal, atexit
     g = globals()
-    g.update(errno=errno, gc=gc, json=json, types=types, traceback=traceback, _signal=_signal, atexit=atexit)
+    g.update(errno=errno, gc=gc, json=json, types=types, _signal=_signal, atexit=atexit)
     g["_sandpool_scan"] = json.decoder.JSONDecoder().scan_once
 def _sandpool_rehearse():
     # What every job does on its way (decode the job, compile, run, write, flush).
@@ -68,6 +70,25 @@ def _sandpool_rehearse():
     exec(compile(_sandpool_scan('{"code": "x = [1]\\ny = str(x)"}', 0)[0]["code"], "<string>", "exec"), _r.__dict__)
     sys.stdout.write("")
     sys.stdout.flush()
+def _sandpool_report(e):
+    # What python3 -c does with an exception nobody caught (pythonrun.c, _PyErr_PrintEx): the
+    # job's sys.excepthook if it set one, else the interpreter's own display; and if the hook
+    # itself raises, both exceptions, as the interpreter prints them. Called outside any except
+    # clause, so that what the hook raises is not chained to `e`; `e` starts at the job's frame.
+    hook = getattr(sys, "excepthook", None)
+    if hook is None:
+        sys.stderr.write("sys.excepthook is missing\n")
+        sys.__excepthook__(type(e), e, e.__traceback__)
+        return
+    try:
+        hook(type(e), e, e.__traceback__)
+        return
+    except BaseException as h:
+        failed = h.with_traceback(h.__traceback__.tb_next)  # from the hook's frame, not this one
+    sys.stderr.write("Error in sys.excepthook:\n")
+    sys.__excepthook__(type(failed), failed, failed.__traceback__)
+    sys.stderr.write("\nOriginal exception was:\n")
+    sys.__excepthook__(type(e), e, e.__traceback__)
 _sandpool_env0 = None
 def _sandpool_env(env):
     # The job's environment, changed only where it differs.
@@ -80,13 +101,22 @@ def _sandpool_env(env):
         if environ.get(k) != v:
             environ[k] = v
 def _sandpool_mother():
-    import ctypes, gc
+    import _ctypes, gc
     gc.disable()
-    lib = ctypes.PyDLL("/proc/self/fd/4")
+    # The library's C interface through _ctypes alone, as the ctypes package would call it (a
+    # PyDLL's functions: the GIL held, a Python error checked after the call), without the
+    # package's ~170 KiB of classes in the memory every job's process shares.
+    class _Long(_ctypes._SimpleCData):
+        _type_ = "l"
+    class _Fn(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_PYTHONAPI
+        _restype_ = _Long
+    class _Dll:
+        def __init__(self, handle):
+            self._handle = handle
+    serve = _Fn(("sandpool_nursery_serve", _Dll(_ctypes.dlopen("/proc/self/fd/4", os.RTLD_LOCAL))))
     os.close(4)
-    serve = lib.sandpool_nursery_serve
-    serve.restype = ctypes.c_long
-    after_fork = ctypes.pythonapi.PyOS_AfterFork_Child
+    after_fork = _Fn(("PyOS_AfterFork_Child", _Dll(_ctypes.dlopen(None, os.RTLD_LOCAL))))
     os.write(3, b"R")
     # Copy-on-write discipline: every job's process shares this heap, and each page a job
     # writes is copied for it. The interpreter writes into code it runs until that code has
@@ -151,6 +181,7 @@ def _sandpool_zygote():
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     status = 0
+    uncaught = None
     try:
         code = compile(job["code"], "<string>", "exec")
         exec(code, main.__dict__)
@@ -162,10 +193,12 @@ def _sandpool_zygote():
         else:
             print(e.code, file=sys.stderr)
             status = 1
-    except BaseException:
-        et, ev, tb = sys.exc_info()
-        traceback.print_exception(et, ev, tb.tb_next if tb is not None else None)
+    except BaseException as e:
+        uncaught = e.with_traceback(e.__traceback__.tb_next)  # from the job's frame on, as in python3 -c
         status = 1
+    if uncaught is not None:
+        _sandpool_report(uncaught)
+        uncaught = None
     # What interpreter shutdown would do for the job (non-daemon threads, atexit handlers,
     # flushing), without tearing the interpreter down: the sandbox is discarded anyway.
     try:
@@ -173,8 +206,10 @@ def _sandpool_zygote():
             sys.modules["threading"]._shutdown()
         if atexit._ncallbacks():
             atexit._run_exitfuncs()
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as e:
+        uncaught = e.with_traceback(e.__traceback__.tb_next)
+    if uncaught is not None:
+        _sandpool_report(uncaught)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -1,6 +1,7 @@
 // Real sandboxes, created through the spawner and a keeper exactly as the daemon does it, without
 // Redis. Needs root (namespaces, cgroups).
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <utility>
 
@@ -505,6 +507,73 @@ TEST_F(PythonZygoteTest, CodeRunsLikePythonDashC) {
   EXPECT_EQ(stdin_job.out, "ABC /work /work\n");
   JobRun fds = RunCode("import os; print([f for f in os.listdir('/proc/self/fd') if f not in '0 1 2'.split()])");
   EXPECT_EQ(fds.out, "['3']\n") << "only listdir's own fd besides stdio";
+}
+
+// `/usr/bin/python3 -c code` on the host, from /, with an empty environment: its exit status,
+// stdout and stderr, for comparing a job with what the interpreter itself does.
+struct HostRun {
+  int status = -1;
+  std::string out, err;
+};
+HostRun RunHostPython(const std::string& code) {
+  HostRun r;
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return r;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    int null = ::open("/dev/null", O_RDONLY);
+    ::dup2(null, 0);
+    if (::chdir("/") != 0) ::_exit(125);
+    const char* argv[] = {"/usr/bin/python3", "-c", code.c_str(), nullptr};
+    const char* envp[] = {nullptr};
+    ::execve(argv[0], const_cast<char**>(argv), const_cast<char**>(envp));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  // Small outputs: both fit a pipe, so reading one after the other cannot block the child.
+  for (auto [fd, dst] : {std::pair{err[0], &r.err}, std::pair{out[0], &r.out}}) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) dst->append(buf, static_cast<size_t>(n));
+    ::close(fd);
+  }
+  ::waitpid(pid, &r.status, 0);
+  return r;
+}
+
+// An exception the job does not catch is shown exactly as python3 -c shows it (the zygote hands
+// it to sys.excepthook, as the interpreter does, and shows none of its own frames), with the
+// same exit status: plain, chained, a syntax error, a group, a suggestion, the job's own hook,
+// and a hook that raises.
+TEST_F(PythonZygoteTest, UncaughtExceptionsAreShownAsPythonDashCShowsThem) {
+  const char* codes[] = {
+      "def f():\n    raise ValueError('boom')\nf()",
+      "try:\n    1 / 0\nexcept Exception as e:\n    raise KeyError('k') from e",
+      "try:\n    [][1]\nexcept IndexError:\n    int('x')",
+      "x = = 1",
+      "def g(\n",
+      "raise ExceptionGroup('eg', [ValueError(1), TypeError('t')])",
+      "prnt(1)",
+      "import sys\nsys.excepthook = lambda t, v, tb: print('hook', t.__name__, v)\nraise OSError(2, 'gone')",
+      "import sys\ndef h(*a):\n    raise RuntimeError('in hook')\nsys.excepthook = h\nraise OSError(2, 'gone')",
+      "import atexit\natexit.register(lambda: 1 / 0)\nprint('ran')",
+      "import sys\ndel sys.excepthook\nraise OSError(2, 'gone')",
+      "import threading\ndef t():\n    raise ValueError('in thread')\nthreading.Thread(target=t).start()",
+  };
+  for (const char* code : codes) {
+    HostRun host = RunHostPython(code);
+    ASSERT_TRUE(WIFEXITED(host.status)) << code;
+    JobRun job = RunCode(code);
+    ASSERT_TRUE(job.exited.have_status) << code;
+    EXPECT_EQ(WEXITSTATUS(job.exited.wait_status), WEXITSTATUS(host.status)) << code;
+    // Objects' addresses differ between two processes (an atexit callback is shown by its repr).
+    static const std::regex kAddress("0x[0-9a-f]+");
+    EXPECT_EQ(std::regex_replace(job.err, kAddress, "0x"), std::regex_replace(host.err, kAddress, "0x")) << code;
+    EXPECT_EQ(job.out, host.out) << code;
+  }
 }
 
 TEST_F(PythonZygoteTest, ArgvJobsAreExecd) {
