@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT / "clients" / "python"))
 
-from sandpool_harness import Daemon, RedisServer, job_map  # noqa: E402
+from sandpool_harness import Daemon, RedisServer, job_map, parent_pid  # noqa: E402
 
 SERIES = ["rss_kib", "fds", "threads", "zombies", "cgroups", "host_mounts", "loop_devices", "sandbox_procs",
           "redis_used_kib"]
@@ -45,9 +45,7 @@ def descendants(pid: int) -> List[int]:
         if not e.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{e}/stat").read_bytes()
-            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
-            children.setdefault(ppid, []).append(int(e))
+            children.setdefault(parent_pid(int(e)), []).append(int(e))
         except (OSError, ValueError):
             pass
     out, todo = [], [pid]

@@ -45,6 +45,7 @@ from sandpool_harness import (  # noqa: E402
     RedisServer,
     job_map,
     new_id,
+    parent_pid,
     submit,
     submit_raw,
     wait_for,
@@ -180,8 +181,7 @@ def _is_nursery(pid: int) -> bool:
 
 def _parent(pid: int) -> int:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat[stat.rindex(")") + 2:].split()[1])
+        return parent_pid(pid)
     except (OSError, ValueError):
         return 0
 

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python"))
 
 from sandpool import Client, SessionError  # noqa: E402
-from sandpool_harness import published_stdout, wait_for  # noqa: E402
+from sandpool_harness import parent_pid, published_stdout, wait_for  # noqa: E402
 
 FAST = ["--heartbeat-ms", "200", "--lease-ms", "1000"]
 SMALL = ["--python-workers", "0", "--node-workers", "0", "--session-disk", "128M"]
@@ -374,14 +374,11 @@ def test_a_killed_sandbox_stops_its_session_and_the_next_create_resumes(daemons,
     def ns_pid(p):
         return Path(f"/proc/{p}/status").read_text().split("NSpid:")[1].split("\n")[0].split()[-1]
 
-    def ppid(p):
-        return int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
     sleeper = wait_for(lambda: [p for p in d.sandbox_processes() if Path(f"/proc/{p}/cmdline").read_bytes() == b"sleep\x00777\x00"],
                        10, "the marker process")[0]
     init = sleeper
     while ns_pid(init) != "1":
-        init = ppid(init)
+        init = parent_pid(init)
     agents = [init]
     for p in agents:
         os.kill(p, signal.SIGKILL)
