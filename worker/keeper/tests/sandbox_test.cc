@@ -523,7 +523,7 @@ HostRun RunHostPython(const std::string& code) {
   if (pid == 0) {
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
-    int null = ::open("/dev/null", O_RDONLY);
+    int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     ::dup2(null, 0);
     if (::chdir("/") != 0) ::_exit(125);
     const char* argv[] = {"/usr/bin/python3", "-c", code.c_str(), nullptr};
