@@ -201,7 +201,10 @@ def _sandpool_zygote():
         uncaught = e.with_traceback(e.__traceback__.tb_next)  # from the job's frame on, as in python3 -c
         status = 1
     if uncaught is not None:
-        _sandpool_report(uncaught)
+        try:
+            _sandpool_report(uncaught)
+        except BaseException:
+            pass  # no stderr to show it on (the job closed it): lost, as the interpreter loses it
         uncaught = None
     # What interpreter shutdown would do for the job (non-daemon threads, atexit handlers,
     # flushing), without tearing the interpreter down: the sandbox is discarded anyway.
@@ -213,12 +216,26 @@ def _sandpool_zygote():
     except BaseException as e:
         uncaught = e.with_traceback(e.__traceback__.tb_next)
     if uncaught is not None:
-        _sandpool_report(uncaught)
+        try:
+            _sandpool_report(uncaught)
+        except BaseException:
+            pass
+    # The interpreter's last flush (pylifecycle.c, flush_std_files): a stream the job set to None
+    # or closed is skipped; one that cannot be flushed makes the status 120, and stdout's error is
+    # shown as an unraisable exception.
     for stream in (sys.stdout, sys.stderr):
+        if stream is None or getattr(stream, "closed", False):
+            continue
         try:
             stream.flush()
-        except BaseException:
-            status = status or 120
+        except BaseException as e:
+            status = 120
+            if stream is sys.stdout:
+                try:
+                    sys.stderr.write("Exception ignored in: %r\n" % (stream,))
+                    sys.__excepthook__(type(e), e.with_traceback(None), None)
+                except BaseException:
+                    pass
     os._exit(status)
 _sandpool_preload()
 if sys.argv[1:] == ["mother"]:

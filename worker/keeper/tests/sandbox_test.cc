@@ -562,6 +562,10 @@ TEST_F(PythonZygoteTest, UncaughtExceptionsAreShownAsPythonDashCShowsThem) {
       "import atexit\natexit.register(lambda: 1 / 0)\nprint('ran')",
       "import sys\ndel sys.excepthook\nraise OSError(2, 'gone')",
       "import threading\ndef t():\n    raise ValueError('in thread')\nthreading.Thread(target=t).start()",
+      "import sys\nsys.stderr = None\nprint('out')\nraise OSError(2, 'gone')",
+      "import os, sys\nsys.excepthook = lambda *a: os.close(2) or sys.stderr.write('x')\nraise OSError(2, 'gone')",
+      "import os\nprint('never shown', end='')\nos.close(1)",
+      "import sys\nsys.stdout.close()\nraise OSError(2, 'gone')",
   };
   for (const char* code : codes) {
     HostRun host = RunHostPython(code);
