@@ -78,21 +78,27 @@ def _sandpool_report(e):
     # What python3 -c does with an exception nobody caught (pythonrun.c, _PyErr_PrintEx): the
     # job's sys.excepthook if it set one, else the interpreter's own display; and if the hook
     # itself raises, both exceptions, as the interpreter prints them. Called outside any except
-    # clause, so that what the hook raises is not chained to `e`; `e` starts at the job's frame.
-    hook = getattr(sys, "excepthook", None)
-    if hook is None:
-        sys.stderr.write("sys.excepthook is missing\n")
-        sys.__excepthook__(type(e), e, e.__traceback__)
-        return
+    # clause, so that what the hook raises is not chained to `e`. `e` is shown from the frame
+    # after the caller's (the job's, as in python3 -c); a report that cannot be written (the job
+    # closed its stderr) is lost, as the interpreter loses it, and never escapes into the zygote.
     try:
-        hook(type(e), e, e.__traceback__)
-        return
-    except BaseException as h:
-        failed = h.with_traceback(h.__traceback__.tb_next)  # from the hook's frame, not this one
-    sys.stderr.write("Error in sys.excepthook:\n")
-    sys.__excepthook__(type(failed), failed, failed.__traceback__)
-    sys.stderr.write("\nOriginal exception was:\n")
-    sys.__excepthook__(type(e), e, e.__traceback__)
+        e = e.with_traceback(e.__traceback__.tb_next)
+        hook = getattr(sys, "excepthook", None)
+        if hook is None:
+            sys.stderr.write("sys.excepthook is missing\n")
+            sys.__excepthook__(type(e), e, e.__traceback__)
+            return
+        try:
+            hook(type(e), e, e.__traceback__)
+            return
+        except BaseException as h:
+            failed = h.with_traceback(h.__traceback__.tb_next)  # from the hook's frame on
+        sys.stderr.write("Error in sys.excepthook:\n")
+        sys.__excepthook__(type(failed), failed, failed.__traceback__)
+        sys.stderr.write("\nOriginal exception was:\n")
+        sys.__excepthook__(type(e), e, e.__traceback__)
+    except BaseException:
+        pass
 _sandpool_env0 = None
 def _sandpool_env(env):
     # The job's environment, changed only where it differs.
@@ -198,13 +204,10 @@ def _sandpool_zygote():
             print(e.code, file=sys.stderr)
             status = 1
     except BaseException as e:
-        uncaught = e.with_traceback(e.__traceback__.tb_next)  # from the job's frame on, as in python3 -c
+        uncaught = e
         status = 1
     if uncaught is not None:
-        try:
-            _sandpool_report(uncaught)
-        except BaseException:
-            pass  # no stderr to show it on (the job closed it): lost, as the interpreter loses it
+        _sandpool_report(uncaught)
         uncaught = None
     # What interpreter shutdown would do for the job (non-daemon threads, atexit handlers,
     # flushing), without tearing the interpreter down: the sandbox is discarded anyway.
@@ -214,12 +217,9 @@ def _sandpool_zygote():
         if atexit._ncallbacks():
             atexit._run_exitfuncs()
     except BaseException as e:
-        uncaught = e.with_traceback(e.__traceback__.tb_next)
+        uncaught = e
     if uncaught is not None:
-        try:
-            _sandpool_report(uncaught)
-        except BaseException:
-            pass
+        _sandpool_report(uncaught)
     # The interpreter's last flush (pylifecycle.c, flush_std_files): a stream the job set to None
     # or closed is skipped; one that cannot be flushed makes the status 120, and stdout's error is
     # shown as an unraisable exception.

@@ -546,8 +546,9 @@ HostRun RunHostPython(const std::string& code) {
 
 // An exception the job does not catch is shown exactly as python3 -c shows it (the zygote hands
 // it to sys.excepthook, as the interpreter does, and shows none of its own frames), with the
-// same exit status: plain, chained, a syntax error, a group, a suggestion, the job's own hook,
-// and a hook that raises.
+// same exit status: plain, chained and context exceptions, syntax errors, a group, a suggestion;
+// the job's own hook, one that raises, one deleted; what an atexit callback or a thread raises;
+// and a job that breaks its own streams (stderr None, fd 1 or 2 closed, sys.stdout closed).
 TEST_F(PythonZygoteTest, UncaughtExceptionsAreShownAsPythonDashCShowsThem) {
   const char* codes[] = {
       "def f():\n    raise ValueError('boom')\nf()",
