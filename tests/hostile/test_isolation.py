@@ -472,19 +472,25 @@ libc.mq_unlink(b"/sandpool-hostile-probe")
 """
 
 
-def test_per_user_kernel_limits_are_not_charged_to_host_root(pool):
-    """inotify instances and POSIX message-queue bytes are counted per user namespace *and* for
-    the namespace's owner in every parent namespace. A job that takes all it can must not use up
-    a budget that host root (systemd, journald, sandpoold, every other sandbox) shares."""
-    import subprocess
-    hog = pool.submit_until(b"mqueues", argv=["/usr/bin/python3", "-c",
+def submit_budget_hog(pool, hold_s):
+    """A job that takes every inotify instance and POSIX message queue it can, says how many
+    (`inotify N mqueues M`), and holds them for `hold_s` seconds; returns once it has said so."""
+    return pool.submit_until(b"mqueues", argv=["/usr/bin/python3", "-c",
         "import ctypes, os, time\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "n = m = 0\n"
         "while n < 100000 and libc.inotify_init1(0) >= 0: n += 1\n"
         "while m < 10000 and libc.mq_open(b'/q%d' % m, os.O_CREAT | os.O_RDWR, 0o600, None) >= 0: m += 1\n"
         "print('inotify', n, 'mqueues', m, flush=True)\n"
-        "time.sleep(4)\n"], timeout_ms=30000)
+        f"time.sleep({hold_s})\n"], timeout_ms=30000)
+
+
+def test_per_user_kernel_limits_are_not_charged_to_host_root(pool):
+    """inotify instances and POSIX message-queue bytes are counted per user namespace *and* for
+    the namespace's owner in every parent namespace. A job that takes all it can must not use up
+    a budget that host root (systemd, journald, sandpoold, every other sandbox) shares."""
+    import subprocess
+    hog = submit_budget_hog(pool, hold_s=4)
     probe = subprocess.run(["/usr/bin/python3", "-c", HOST_PROBE], capture_output=True, text=True, timeout=30)
     res = pool.wait([hog])[hog]
     assert res["outcome"] == "exit" and res["stdout"].startswith(b"inotify "), res
@@ -498,14 +504,7 @@ def test_per_user_kernel_limits_are_per_slot(pool):
     owner (a template-wide process that owns every slot's namespace, say, to share one
     interpreter's memory between slots: bench/analysis.md) would let one job use them up for
     all, and fail here."""
-    hog = pool.submit_until(b"mqueues", argv=["/usr/bin/python3", "-c",
-        "import ctypes, os, time\n"
-        "libc = ctypes.CDLL(None, use_errno=True)\n"
-        "n = m = 0\n"
-        "while n < 100000 and libc.inotify_init1(0) >= 0: n += 1\n"
-        "while m < 10000 and libc.mq_open(b'/q%d' % m, os.O_CREAT | os.O_RDWR, 0o600, None) >= 0: m += 1\n"
-        "print('inotify', n, 'mqueues', m, flush=True)\n"
-        "time.sleep(6)\n"], timeout_ms=30000)
+    hog = submit_budget_hog(pool, hold_s=6)
     # While the hog holds them: a job in another slot of its template (the hog's slot is busy),
     # and one in the python template's slot.
     probes = [pool.submit(argv=["/usr/bin/python3", "-c", HOST_PROBE]),
@@ -513,7 +512,8 @@ def test_per_user_kernel_limits_are_per_slot(pool):
     out = pool.wait(probes + [hog])
     assert out[hog]["outcome"] == "exit", out[hog]
     held = out[hog]["stdout"].split()
-    assert int(held[1]) > 0 and int(held[3]) > 0, held  # it took some: the probes below mean something
+    # It was refused more of both (its loops ended before their caps): the budgets were used up.
+    assert 0 < int(held[1]) < 100000 and 0 < int(held[3]) < 10000, held
     for job in probes:
         assert out[job]["outcome"] == "exit" and out[job]["stdout"] == b"inotify ok\nmqueue ok\n", out[job]
 
