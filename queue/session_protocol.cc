@@ -7,11 +7,13 @@
 
 #include "queue/job_fields.h"
 #include "queue/msgpack_read.h"
+#include "common/string_sink.h"
 
 namespace sandpool {
 namespace {
 
 using namespace mpk;
+using Packer = msgpack::packer<StringSink>;
 
 constexpr SessionOpInfo kSessionOps[] = {
     {"create", SessionOp::kCreate, false, false},
@@ -298,12 +300,12 @@ std::variant<SessionRequest, JobError> DecodeImpl(std::string_view payload, cons
   return r;
 }
 
-void PackStr(msgpack::packer<msgpack::sbuffer>& pk, std::string_view s) {
+void PackStr(Packer& pk, std::string_view s) {
   pk.pack_str(static_cast<uint32_t>(s.size()));
   pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
 }
 
-void PackOpResult(msgpack::packer<msgpack::sbuffer>& pk, msgpack::sbuffer& buf, const OpResult& r) {
+void PackOpResult(Packer& pk, StringSink& buf, const OpResult& r) {
   pk.pack_map(7);
   PackStr(pk, "v");
   pk.pack_uint64(2);
@@ -363,17 +365,18 @@ std::variant<SessionRequest, JobError> DecodeSessionRequest(std::string_view pay
 }
 
 std::string EncodeOpResult(const OpResult& r) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
+  std::string out;
+  StringSink buf{&out};
+  Packer pk(buf);
   PackOpResult(pk, buf, r);
-  return std::string(buf.data(), buf.size());
+  return out;
 }
 
 EncodedOpAnswer EncodeOpAnswer(const OpResult& r) {
   EncodedOpAnswer out;
   out.result = EncodeOpResult(r);
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
+  StringSink buf{&out.event};
+  Packer pk(buf);
   pk.pack_map(4);
   PackStr(pk, "v");
   pk.pack_uint64(2);
@@ -388,7 +391,6 @@ EncodedOpAnswer EncodeOpAnswer(const OpResult& r) {
     PackStr(pk, "result");
     PackOpResult(pk, buf, r);
   }
-  out.event.assign(buf.data(), buf.size());
   return out;
 }
 
@@ -415,9 +417,9 @@ std::optional<OpResult> DecodeOpResult(std::string_view bytes) {
         }
         r.error = e;
       } else if (k == "value" && v.type == msgpack::type::MAP) {
-        msgpack::sbuffer vb;
+        r.value.clear();
+        StringSink vb{&r.value};
         msgpack::pack(vb, v);
-        r.value.assign(vb.data(), vb.size());
       }
     }
     return r;
@@ -427,8 +429,9 @@ std::optional<OpResult> DecodeOpResult(std::string_view bytes) {
 }
 
 std::string EncodeProcessOutputEvent(uint64_t seq, std::string_view stream, std::string_view data) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
+  std::string out;
+  StringSink buf{&out};
+  Packer pk(buf);
   pk.pack_map(4);
   PackStr(pk, "v");
   pk.pack_uint64(2);
@@ -439,12 +442,13 @@ std::string EncodeProcessOutputEvent(uint64_t seq, std::string_view stream, std:
   PackStr(pk, "data");
   pk.pack_bin(static_cast<uint32_t>(data.size()));
   pk.pack_bin_body(data.data(), static_cast<uint32_t>(data.size()));
-  return std::string(buf.data(), buf.size());
+  return out;
 }
 
 std::string EncodeProcessExitedEvent(uint64_t seq, std::optional<int> exit_code, std::optional<int> signal) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
+  std::string out;
+  StringSink buf{&out};
+  Packer pk(buf);
   pk.pack_map(5);
   PackStr(pk, "v");
   pk.pack_uint64(2);
@@ -458,12 +462,13 @@ std::string EncodeProcessExitedEvent(uint64_t seq, std::optional<int> exit_code,
   PackStr(pk, "signal");
   if (signal) pk.pack_int64(*signal);
   else pk.pack_nil();
-  return std::string(buf.data(), buf.size());
+  return out;
 }
 
 std::string EncodeSessionInfo(const SessionInfo& i) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
+  std::string out;
+  StringSink buf{&out};
+  Packer pk(buf);
   pk.pack_map(16 + !i.error.empty() + i.network.has_value());
   auto str = [&](std::string_view k, std::string_view v) {
     PackStr(pk, k);
@@ -504,7 +509,7 @@ std::string EncodeSessionInfo(const SessionInfo& i) {
     PackStr(pk, "network");
     PackNetworkInfo(pk, *i.network);
   }
-  return std::string(buf.data(), buf.size());
+  return out;
 }
 
 }  // namespace sandpool

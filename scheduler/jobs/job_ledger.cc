@@ -197,7 +197,7 @@ void JobLedger::SendFinishes(std::vector<PendingFinish> batch) {
       // about 2 ms per MiB here, twice per result with its exited event).
       std::string stage = keys_.Stage(f.job_id, config_.consumer, f.attempt);
       for (std::string& e : f.live) PublishNow(f.job_id, std::move(e));
-      cmd_->Command({"SET", stage, f.result, "PX", std::to_string(kStageTtlMs)}, [](redisReply*) {});
+      cmd_->CommandOf({"SET", stage, f.result, "PX", std::to_string(kStageTtlMs)}, [](redisReply*) {});
       args.insert(args.end(), {f.entry, f.attempt, "", "", f.job_id, f.summary.outcome, f.summary.exit_code,
                                f.summary.error, std::move(stage), "0"});
     } else {

@@ -29,7 +29,15 @@ UniqueFd LoopChannel::Release() {
 
 Status LoopChannel::Send(uint16_t type, std::string_view payload, const std::vector<int>& fds) {
   if (!open()) return Status::Error("channel closed");
-  Status s = channel_.Send(type, payload, fds);
+  return Sent(channel_.Send(type, payload, fds));
+}
+
+Status LoopChannel::SendOwned(uint16_t type, std::string payload) {
+  if (!open()) return Status::Error("channel closed");
+  return Sent(channel_.SendOwned(type, std::move(payload)));
+}
+
+Status LoopChannel::Sent(Status s) {
   if (!s.ok()) {
     // The peer is gone; the closed handler runs from the loop, not from inside the caller.
     event_active(read_ev_, EV_READ, 0);

@@ -41,6 +41,8 @@ class LoopChannel {
   // error means the peer is gone (the closed handler also runs, from the loop).
   // `fds` are borrowed and travel with the frame's first byte (never queued).
   Status Send(uint16_t type, std::string_view payload, const std::vector<int>& fds = {});
+  // The same without fds, taking the payload: its buffer becomes the queue (Channel::SendOwned).
+  Status SendOwned(uint16_t type, std::string payload);
   size_t QueuedBytes() const { return channel_.QueuedBytes(); }
   // Frees the events and closes the fd; queued bytes are dropped.
   void Close();
@@ -55,6 +57,10 @@ class LoopChannel {
   void Fail(const Status& why);
 
   struct event_base* base_ = nullptr;
+  // What a send did: arms the write event while bytes wait, or the read event to end a channel
+  // whose peer is gone.
+  Status Sent(Status s);
+
   Channel channel_;
   struct event* read_ev_ = nullptr;
   struct event* write_ev_ = nullptr;

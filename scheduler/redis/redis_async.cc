@@ -115,7 +115,8 @@ void RedisAsync::OnConnect(const redisAsyncContext* ac, int status) {
     self->Command({"SCRIPT", "LOAD", body}, [](redisReply*) {});
   }
   for (auto& [channel, cb] : self->subscriptions_) {
-    (void)self->SendRaw({"SUBSCRIBE", channel}, &RedisAsync::OnMessage, cb.get());
+    const std::string_view args[] = {"SUBSCRIBE", channel};
+    (void)self->SendRaw(args, &RedisAsync::OnMessage, cb.get());
   }
   if (self->hooks_.on_connect) self->hooks_.on_connect();
 }
@@ -133,19 +134,19 @@ void RedisAsync::OnDisconnect(const redisAsyncContext* ac, int status) {
   self->ScheduleReconnect();
 }
 
-bool RedisAsync::SendRaw(const std::vector<std::string>& args, redisCallbackFn* fn, void* priv) {
+bool RedisAsync::SendRaw(std::span<const std::string_view> args, redisCallbackFn* fn, void* priv) {
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   argv.reserve(args.size());
   lens.reserve(args.size());
-  for (const std::string& a : args) {
+  for (std::string_view a : args) {
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
   return redisAsyncCommandArgv(ac_, fn, priv, static_cast<int>(args.size()), argv.data(), lens.data()) == REDIS_OK;
 }
 
-bool RedisAsync::Send(const std::vector<std::string>& args, Callback cb, bool timed) {
+bool RedisAsync::Send(std::span<const std::string_view> args, Callback cb, bool timed) {
   if (!connected_ || ac_ == nullptr) return false;
   auto p = std::make_unique<PendingReply>(PendingReply{self_, std::move(cb), timed});
   // hiredis refuses commands on a context that is disconnecting; then it keeps no reference to
@@ -156,10 +157,16 @@ bool RedisAsync::Send(const std::vector<std::string>& args, Callback cb, bool ti
   return true;
 }
 
-bool RedisAsync::Command(const std::vector<std::string>& args, Callback cb) { return Send(args, std::move(cb), true); }
+bool RedisAsync::Command(const std::vector<std::string>& args, Callback cb) {
+  return Send(Views(args), std::move(cb), true);
+}
+
+bool RedisAsync::CommandOf(std::initializer_list<std::string_view> args, Callback cb) {
+  return Send(std::span<const std::string_view>(args.begin(), args.size()), std::move(cb), true);
+}
 
 bool RedisAsync::CommandBlocking(const std::vector<std::string>& args, Callback cb) {
-  return Send(args, std::move(cb), false);
+  return Send(Views(args), std::move(cb), false);
 }
 
 bool RedisAsync::Eval(const char* body, std::vector<std::string> args, Callback cb) {
@@ -219,7 +226,8 @@ void RedisAsync::OnReply(redisAsyncContext*, void* reply, void* priv) {
 void RedisAsync::Subscribe(const std::string& channel, Callback cb) {
   auto& slot = subscriptions_[channel];
   slot = std::make_unique<Callback>(std::move(cb));
-  if (connected_ && ac_ != nullptr) (void)SendRaw({"SUBSCRIBE", channel}, &RedisAsync::OnMessage, slot.get());
+  const std::string_view args[] = {"SUBSCRIBE", channel};
+  if (connected_ && ac_ != nullptr) (void)SendRaw(args, &RedisAsync::OnMessage, slot.get());
 }
 
 void RedisAsync::OnMessage(redisAsyncContext* ac, void* reply, void* priv) {

@@ -24,8 +24,11 @@
 #include <functional>
 #include <deque>
 #include <map>
+#include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "queue/redis_url.h"
@@ -55,6 +58,9 @@ class RedisAsync {
   bool connected() const { return connected_; }
 
   bool Command(const std::vector<std::string>& args, Callback cb);
+  // The same, with arguments the caller keeps (hiredis copies them before this returns): a large
+  // value (a session's file in a result) is not copied into a vector of strings first.
+  bool CommandOf(std::initializer_list<std::string_view> args, Callback cb);
   // Runs the Lua script `body` (a string that lives as long as the program: scripts.h) with
   // `args` (numkeys, the keys, then the arguments). Sent as EVALSHA with the body's SHA-1, so
   // that Redis neither receives nor hashes the body on every call (with EVAL that hashing was
@@ -88,8 +94,11 @@ class RedisAsync {
   static void OnRetryTimer(evutil_socket_t, short, void* arg);
 
   void ScheduleReconnect();
-  bool SendRaw(const std::vector<std::string>& args, redisCallbackFn* fn, void* priv);
-  bool Send(const std::vector<std::string>& args, Callback cb, bool timed);
+  bool SendRaw(std::span<const std::string_view> args, redisCallbackFn* fn, void* priv);
+  bool Send(std::span<const std::string_view> args, Callback cb, bool timed);
+  static std::vector<std::string_view> Views(const std::vector<std::string>& args) {
+    return std::vector<std::string_view>(args.begin(), args.end());
+  }
 
   struct event_base* base_;
   RedisUrl url_;

@@ -287,7 +287,7 @@ void Sessions::RunOp(Entry& e, Op op) {
     default:
       if (SessionOpOf(r.op).file_op) {
         metrics_->SessionFileBytes(r.raw.size());
-        s.File(r.raw, std::move(answer));
+        s.File(std::move(shared->req.raw), std::move(answer));  // used by nothing after this
         return;
       }
       answer(OpAnswer::Error(ErrorCode::kInternal, "operation not served"));

@@ -185,8 +185,8 @@ void Session::OnGone(const std::string& why, bool let_go) {
   if (hooks_.on_ended) hooks_.on_ended(*this, why, asked_);
 }
 
-void Session::SendAgent(AgentMsg type, const std::string& payload) {
-  Status s = agent_.Send(static_cast<uint16_t>(type), payload);
+void Session::SendAgent(AgentMsg type, std::string payload) {
+  Status s = agent_.SendOwned(static_cast<uint16_t>(type), std::move(payload));
   if (!s.ok()) LogDebug("session agent unreachable", {{"session", id_}, {"error", s.message()}});
   // A failed send means the agent is gone: its channel's closed handler ends the session.
 }
@@ -201,13 +201,9 @@ void Session::OnAgentFrame(Frame& f) {
     fn(arg);
   };
   switch (static_cast<AgentMsg>(f.type)) {
-    case AgentMsg::kStarted: {
-      AgentStartedMsg m;
-      if (DecodeMsg(f.payload, &m).ok()) answer(waiting_, m.req, &f);
-      return;
-    }
+    case AgentMsg::kStarted:
     case AgentMsg::kReply: {
-      AgentReplyMsg m;
+      AgentReqOf m;
       if (DecodeMsg(f.payload, &m).ok()) answer(waiting_, m.req, &f);
       return;
     }
@@ -468,7 +464,7 @@ void Session::ContextRestart(const std::string& context, const std::string& runt
 
 // ---- Files and figures --------------------------------------------------------------------------
 
-void Session::File(const std::string& request, AnswerDone done) {
+void Session::File(std::string request, AnswerDone done) {
   if (!ready()) {
     done(OpAnswer::Error(ErrorCode::kSessionStopped, "the session is not running"));
     return;
@@ -488,7 +484,7 @@ void Session::File(const std::string& request, AnswerDone done) {
     }
     done(OpAnswer{std::nullopt, r.value.empty() ? std::string("\x80") : std::move(r.value)});
   };
-  SendAgent(AgentMsg::kFile, EncodeMsg(AgentFileMsg{req, request}));
+  SendAgent(AgentMsg::kFile, EncodeMsg(AgentFileMsg{req, std::move(request)}));
 }
 
 void Session::Stats(std::function<void(std::optional<SessionStatsMsg>)> done) {

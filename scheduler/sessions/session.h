@@ -127,7 +127,7 @@ class Session {
   size_t processes_running() const;
 
   // A file operation: `request` is the client's request map, done by the agent.
-  void File(const std::string& request, AnswerDone done);
+  void File(std::string request, AnswerDone done);
   // The sandbox's cgroup and disk figures; nullopt if it is gone.
   void Stats(std::function<void(std::optional<SessionStatsMsg>)> done);
   // A consistent copy of the running session's disk into `dest` (a new, empty file): its keeper
@@ -162,7 +162,7 @@ class Session {
   // has moved on: its entry may hold a new sandbox by now), on_start_failed or on_ended.
   void OnGone(const std::string& why, bool let_go = false);
   void EndSandbox();
-  void SendAgent(AgentMsg type, const std::string& payload);
+  void SendAgent(AgentMsg type, std::string payload);
   uint64_t NextReq() { return ++req_; }
   void FinishCommand(Command& c);
   void KillCommand(Command& c, KillReason why);

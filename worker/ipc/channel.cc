@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -24,6 +25,14 @@ void PutHeader(char* h, uint32_t len, uint16_t type, uint16_t nfds) {
 }  // namespace
 
 Status Channel::Send(uint16_t type, std::string_view payload, const std::vector<int>& fds) {
+  return SendFrame(type, payload, fds, nullptr);
+}
+
+Status Channel::SendOwned(uint16_t type, std::string payload) {
+  return SendFrame(type, payload, {}, &payload);
+}
+
+Status Channel::SendFrame(uint16_t type, std::string_view payload, const std::vector<int>& fds, std::string* own) {
   if (!fd_.valid()) return Status::Error("channel closed");
   if (payload.size() > kMaxPayload || fds.size() > kMaxFds) return Status::Error("frame too large");
   char header[kHeader];
@@ -67,11 +76,21 @@ Status Channel::Send(uint16_t type, std::string_view payload, const std::vector<
     n = 0;
   }
   if (static_cast<size_t>(n) == total) return Status::Ok();
-  // Short write: queue the rest (header and payload as one contiguous tail).
-  std::string rest(header, kHeader);
-  rest.append(payload);
-  out_.append(rest, static_cast<size_t>(n), std::string::npos);
+  Queue(header, static_cast<size_t>(n), payload, own);
   return Flush();
+}
+
+void Channel::Queue(const char* header, size_t sent, std::string_view payload, std::string* own) {
+  out_.clear();  // nothing queued (the callers sent only when nothing was): what is here was sent
+  out_off_ = 0;
+  if (sent < kHeader) out_.append(header + sent, kHeader - sent);
+  size_t from = sent > kHeader ? sent - kHeader : 0;
+  if (own != nullptr && out_.empty()) {
+    out_ = std::move(*own);  // its buffer is the queue: the unsent tail is not copied
+    out_off_ = from;
+  } else {
+    out_.append(payload.data() + from, payload.size() - from);
+  }
 }
 
 Status Channel::Flush() {
@@ -95,6 +114,14 @@ Status Channel::ReadSome(bool* eof, bool* would_block, int flags, bool* short_re
   char buf[65536];
   alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFds * 2)];
   struct iovec iov = {buf, sizeof buf};
+  if (big_len_ != 0) {
+    // The rest of a large frame, into its payload, never past its end (the next frame's bytes
+    // and fds are read the usual way). Its size runs at most a step (1 MiB) ahead of what has
+    // arrived, within the capacity reserved at its start: a peer that declares a large frame and
+    // sends little costs little memory.
+    if (big_.payload.size() == big_have_) big_.payload.resize(big_have_ + std::min<size_t>(big_len_ - big_have_, 1u << 20));
+    iov = {big_.payload.data() + big_have_, big_.payload.size() - big_have_};
+  }
   struct msghdr msg = {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -117,12 +144,23 @@ Status Channel::ReadSome(bool* eof, bool* would_block, int flags, bool* short_re
     *eof = true;
     return Status::Ok();
   }
-  in_.append(buf, static_cast<size_t>(n));
-  if (short_read != nullptr) *short_read = static_cast<size_t>(n) < sizeof buf;
+  if (big_len_ != 0) {
+    big_have_ += static_cast<size_t>(n);
+  } else {
+    in_.append(buf, static_cast<size_t>(n));
+  }
+  if (short_read != nullptr) *short_read = static_cast<size_t>(n) < iov.iov_len;
   return Status::Ok();
 }
 
 bool Channel::TakeFrame(Frame* f, Status* err) {
+  if (big_len_ != 0) {
+    if (big_have_ < big_len_) return false;
+    *f = std::move(big_);
+    big_ = Frame();
+    big_len_ = big_have_ = 0;
+    return true;
+  }
   if (in_.size() < kHeader) return false;
   const auto* h = reinterpret_cast<const unsigned char*>(in_.data());
   uint32_t len = h[0] | (h[1] << 8) | (h[2] << 16) | (uint32_t{h[3]} << 24);
@@ -132,7 +170,25 @@ bool Channel::TakeFrame(Frame* f, Status* err) {
     *err = Status::Error("channel: malformed frame header");
     return false;
   }
-  if (in_.size() < kHeader + len) return false;
+  if (in_.size() < kHeader + len) {
+    // A large frame whose fds are here (they come with its first byte): the rest of it is read
+    // into its payload directly (ReadSome), not through in_ and a copy out of it. Everything in
+    // in_ is this frame's: the frames before it were taken.
+    if (len >= kDirectRead && in_fds_.size() >= nfds) {
+      big_.type = type;
+      big_.payload.reserve(len);
+      big_.payload.assign(in_, kHeader, std::string::npos);
+      big_.fds.clear();
+      for (uint16_t i = 0; i < nfds; ++i) {
+        big_.fds.push_back(std::move(in_fds_.front()));
+        in_fds_.pop_front();
+      }
+      big_have_ = big_.payload.size();
+      big_len_ = len;
+      in_.clear();
+    }
+    return false;
+  }
   if (in_fds_.size() < nfds) {
     *err = Status::Error("channel: frame declares more fds than were received");
     return false;

@@ -51,9 +51,11 @@ class Channel {
   // is buffered either way: a frame half read or half written cannot be carried over.
   UniqueFd TakeFd() {
     UniqueFd fd = std::move(fd_);
-    if (!in_.empty() || !in_fds_.empty() || HasQueued()) fd.reset();
+    if (!in_.empty() || !in_fds_.empty() || HasQueued() || big_len_ != 0) fd.reset();
     in_.clear();
     in_fds_.clear();
+    big_ = Frame();
+    big_len_ = big_have_ = 0;
     out_.clear();
     out_off_ = 0;
     return fd;
@@ -63,6 +65,9 @@ class Channel {
   // this writes everything; in non-blocking mode the unsent tail is queued (fds are always sent
   // with the first byte, so they never wait in the queue).
   Status Send(uint16_t type, std::string_view payload, const std::vector<int>& fds = {});
+  // The same without fds, taking the payload: when the socket does not take all of it, its
+  // buffer becomes the queue instead of a copy of its tail (a session's file: up to 32 MiB).
+  Status SendOwned(uint16_t type, std::string payload);
   // Non-blocking mode: writes queued bytes. Returns OK when drained or EAGAIN was hit.
   Status Flush();
   bool HasQueued() const { return out_off_ < out_.size(); }
@@ -88,10 +93,24 @@ class Channel {
   // short_read (if given): set when the read returned less than it could take.
   Status ReadSome(bool* eof, bool* would_block, int flags, bool* short_read = nullptr);
   bool TakeFrame(Frame* f, Status* err);
+  // Send and SendOwned: `own`, when given, is the string `payload` views, whose buffer may become
+  // the queue.
+  Status SendFrame(uint16_t type, std::string_view payload, const std::vector<int>& fds, std::string* own);
+  // Queues what a send left (`sent` bytes of the header, then of the payload, went out), taking
+  // `own`'s buffer for it when given. REQUIRES: nothing queued before the send.
+  void Queue(const char* header, size_t sent, std::string_view payload, std::string* own);
+
+  // Frames of at least this many bytes are read straight into their payload (big_).
+  static constexpr size_t kDirectRead = 128u << 10;
 
   UniqueFd fd_;
   std::string in_;
   std::deque<UniqueFd> in_fds_;
+  // The large frame being read (big_len_ != 0): its type, fds and the big_have_ bytes of its
+  // big_len_ that arrived, in its payload.
+  Frame big_;
+  size_t big_len_ = 0;
+  size_t big_have_ = 0;
   std::string out_;
   size_t out_off_ = 0;
 };

@@ -148,6 +148,13 @@ struct AgentFileMsg {
   MSGPACK_DEFINE_MAP(req, request)
 };
 
+// The field every answer a waiter awaits (kStarted, kReply) begins with, decoded alone to route
+// the frame: a reply's value (a file's bytes) is then decoded once, by its waiter.
+struct AgentReqOf {
+  uint64_t req = 0;
+  MSGPACK_DEFINE_MAP(req)
+};
+
 struct AgentReplyMsg {
   uint64_t req = 0;
   std::string error;    // a protocol error code (PROTOCOL.md section 19), or empty

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "common/string_sink.h"
 
 namespace sandpool {
 
@@ -26,9 +27,18 @@ inline constexpr WireLimits kSandboxLimits{1u << 16, 1u << 16, 32u << 20, 8};
 
 template <typename M>
 std::string EncodeMsg(const M& m) {
-  msgpack::sbuffer buf;
-  msgpack::pack(buf, m);
-  return std::string(buf.data(), buf.size());
+  std::string out;
+  StringSink sink{&out};
+  msgpack::pack(sink, m);
+  return out;
+}
+
+// For msgpack::unpack: strings and bins up to `*limit` bytes are referenced in the input, not
+// copied into msgpack's zone first (the input outlives the object wherever this is used; a 16 MiB
+// file's bytes would be copied twice otherwise). A longer one, and any ext, takes the copying
+// path, whose unpack_limit check refuses it as before.
+inline bool ReferenceUpTo(msgpack::type::object_type type, std::size_t length, void* limit) {
+  return type != msgpack::type::EXT && length <= *static_cast<const size_t*>(limit);
 }
 
 template <typename M>
@@ -36,7 +46,8 @@ Status DecodeMsg(std::string_view in, M* m, const WireLimits& limits = kSandboxL
   try {
     msgpack::unpack_limit limit(limits.items, limits.map_pairs, limits.bytes, limits.bytes, 0, limits.depth);
     size_t off = 0;
-    msgpack::object_handle oh = msgpack::unpack(in.data(), in.size(), off, nullptr, nullptr, limit);
+    size_t bytes = limits.bytes;
+    msgpack::object_handle oh = msgpack::unpack(in.data(), in.size(), off, &ReferenceUpTo, &bytes, limit);
     if (off != in.size()) return Status::Error("bad message: trailing bytes");
     oh.get().convert(*m);
   } catch (const std::exception& e) {

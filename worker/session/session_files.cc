@@ -24,7 +24,14 @@ constexpr size_t kMaxFilesPerWrite = 10000;
 constexpr size_t kDefaultListLimit = 10000;
 constexpr size_t kMaxListLimit = 100000;
 
-using Packer = msgpack::packer<msgpack::sbuffer>;
+using Packer = msgpack::packer<StringSink>;
+
+// A reply's value, packed straight into the string the reply carries (a read's holds up to 16 MiB
+// of the file). Not moved while `sink` is in use (a Packer holds it).
+struct Value {
+  std::string bytes;
+  StringSink sink{&bytes};
+};
 
 // The request's fields, read by name (the map is small; a linear scan is fine).
 class Fields {
@@ -177,9 +184,9 @@ int WriteData(int fd, std::string_view data) {
   return 0;
 }
 
-AgentReplyMsg Done(const msgpack::sbuffer& buf) {
+AgentReplyMsg Done(Value& value) {
   AgentReplyMsg r;
-  r.value.assign(buf.data(), buf.size());
+  r.value = std::move(value.bytes);
   return r;
 }
 
@@ -190,8 +197,8 @@ AgentReplyMsg Write(const Fields& f) {
   if (files == nullptr || files->type != msgpack::type::ARRAY) return Fail("bad_field", "files: not an array");
   if (files->via.array.size > kMaxFilesPerWrite) return Fail("too_large", "files: more than 10000");
   size_t total = 0;
-  msgpack::sbuffer buf;
-  Packer pk(buf);
+  Value buf;
+  Packer pk(buf.sink);
   pk.pack_map(1);
   PackStr(pk, "files");
   pk.pack_array(files->via.array.size);
@@ -258,8 +265,8 @@ AgentReplyMsg Append(const Fields& f) {
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return Fail("not_a_file", path);
   if (int err = WriteData(fd.get(), data)) return FailErrno(err, path);
   ::fstat(fd.get(), &st);
-  msgpack::sbuffer buf;
-  Packer pk(buf);
+  Value buf;
+  Packer pk(buf.sink);
   pk.pack_map(2);
   PackStr(pk, "size");
   pk.pack_uint64(static_cast<uint64_t>(st.st_size));
@@ -295,8 +302,8 @@ AgentReplyMsg Read(const Fields& f) {
     got += static_cast<size_t>(n);
   }
   data.resize(got);
-  msgpack::sbuffer buf;
-  Packer pk(buf);
+  Value buf;
+  Packer pk(buf.sink);
   pk.pack_map(3);
   PackStr(pk, "data");
   pk.pack_bin(static_cast<uint32_t>(data.size()));
@@ -350,8 +357,8 @@ AgentReplyMsg Stat(const Fields& f) {
   if (!ValidPath(path)) return Fail("bad_field", "path: not an absolute path");
   struct stat st;
   if ((follow ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st)) != 0) return FailErrno(errno, path);
-  msgpack::sbuffer buf;
-  Packer pk(buf);
+  Value buf;
+  Packer pk(buf.sink);
   PackStat(pk, path, nullptr, st);
   return Done(buf);
 }
@@ -363,8 +370,8 @@ AgentReplyMsg Exists(const Fields& f) {
   struct stat st;
   bool there = ::lstat(path.c_str(), &st) == 0;
   if (!there && errno != ENOENT && errno != ENOTDIR) return FailErrno(errno, path);
-  msgpack::sbuffer buf;
-  Packer pk(buf);
+  Value buf;
+  Packer pk(buf.sink);
   pk.pack_map(2);
   PackStr(pk, "exists");
   pk.pack(there);
@@ -423,8 +430,8 @@ AgentReplyMsg List(const Fields& f) {
   if (!S_ISDIR(top.st_mode)) return Fail("not_a_directory", path);
   walk(path, 1);
   if (first_err != 0) return FailErrno(first_err, path);
-  msgpack::sbuffer buf;
-  Packer pk(buf);
+  Value buf;
+  Packer pk(buf.sink);
   pk.pack_map(2);
   PackStr(pk, "entries");
   pk.pack_array(static_cast<uint32_t>(entries.size()));
@@ -451,8 +458,8 @@ AgentReplyMsg Mkdir(const Fields& f) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return FailErrno(errno, path);
   if (!S_ISDIR(st.st_mode)) return Fail("not_a_directory", path + ": exists and is not a directory");
-  msgpack::sbuffer buf;
-  Packer pk(buf);
+  Value buf;
+  Packer pk(buf.sink);
   pk.pack_map(0);
   return Done(buf);
 }
@@ -495,8 +502,8 @@ AgentReplyMsg Remove(const Fields& f) {
   if (err == ENOENT && force) err = 0;
   if (err == ENOTEMPTY || err == EEXIST) return Fail("not_empty", path + ": directory not empty (remove it recursively)");
   if (err != 0) return FailErrno(err, path);
-  msgpack::sbuffer buf;
-  Packer pk(buf);
+  Value buf;
+  Packer pk(buf.sink);
   pk.pack_map(1);
   PackStr(pk, "removed");
   pk.pack_uint64(removed);
@@ -557,8 +564,8 @@ AgentReplyMsg Copy(const Fields& f) {
   if (!ValidPath(from) || !ValidPath(to)) return Fail("bad_field", "from, to: absolute paths");
   if (to == from || to.rfind(from + "/", 0) == 0) return Fail("bad_field", "to: inside from");
   if (int err = CopyTree(from, to, recursive, overwrite, 0)) return FailErrno(err, from + " -> " + to);
-  msgpack::sbuffer buf;
-  Packer pk(buf);
+  Value buf;
+  Packer pk(buf.sink);
   pk.pack_map(0);
   return Done(buf);
 }
@@ -581,8 +588,8 @@ AgentReplyMsg Rename(const Fields& f) {
       return FailErrno(err, from + " -> " + to);
     }
   }
-  msgpack::sbuffer buf;
-  Packer pk(buf);
+  Value buf;
+  Packer pk(buf.sink);
   pk.pack_map(0);
   return Done(buf);
 }
@@ -602,7 +609,8 @@ AgentReplyMsg RunFileOperation(std::string_view request) {
   try {
     msgpack::unpack_limit limit(kMaxFilesPerWrite + 1, 64, kMaxFileData + 1, kMaxFileData + 1, 0, 6);
     size_t off = 0;
-    msgpack::object_handle oh = msgpack::unpack(request.data(), request.size(), off, nullptr, nullptr, limit);
+    size_t bytes = kMaxFileData + 1;
+    msgpack::object_handle oh = msgpack::unpack(request.data(), request.size(), off, &ReferenceUpTo, &bytes, limit);
     const msgpack::object& root = oh.get();
     if (root.type != msgpack::type::MAP) return Fail("bad_payload", "not a map");
     Fields f(root);
