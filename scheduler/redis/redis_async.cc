@@ -1,6 +1,7 @@
 #include "scheduler/redis/redis_async.h"
 
 #include <cstring>
+#include <iterator>
 #include <unordered_map>
 
 #include "common/clock.h"
@@ -134,19 +135,21 @@ void RedisAsync::OnDisconnect(const redisAsyncContext* ac, int status) {
   self->ScheduleReconnect();
 }
 
-bool RedisAsync::SendRaw(std::span<const std::string_view> args, redisCallbackFn* fn, void* priv) {
+template <typename Args>
+bool RedisAsync::SendRaw(const Args& args, redisCallbackFn* fn, void* priv) {
   std::vector<const char*> argv;
   std::vector<size_t> lens;
-  argv.reserve(args.size());
-  lens.reserve(args.size());
-  for (std::string_view a : args) {
+  argv.reserve(std::size(args));
+  lens.reserve(std::size(args));
+  for (const auto& a : args) {
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  return redisAsyncCommandArgv(ac_, fn, priv, static_cast<int>(args.size()), argv.data(), lens.data()) == REDIS_OK;
+  return redisAsyncCommandArgv(ac_, fn, priv, static_cast<int>(std::size(args)), argv.data(), lens.data()) == REDIS_OK;
 }
 
-bool RedisAsync::Send(std::span<const std::string_view> args, Callback cb, bool timed) {
+template <typename Args>
+bool RedisAsync::Send(const Args& args, Callback cb, bool timed) {
   if (!connected_ || ac_ == nullptr) return false;
   auto p = std::make_unique<PendingReply>(PendingReply{self_, std::move(cb), timed});
   // hiredis refuses commands on a context that is disconnecting; then it keeps no reference to
@@ -158,15 +161,15 @@ bool RedisAsync::Send(std::span<const std::string_view> args, Callback cb, bool 
 }
 
 bool RedisAsync::Command(const std::vector<std::string>& args, Callback cb) {
-  return Send(Views(args), std::move(cb), true);
+  return Send(args, std::move(cb), true);
 }
 
 bool RedisAsync::CommandOf(std::initializer_list<std::string_view> args, Callback cb) {
-  return Send(std::span<const std::string_view>(args.begin(), args.size()), std::move(cb), true);
+  return Send(args, std::move(cb), true);
 }
 
 bool RedisAsync::CommandBlocking(const std::vector<std::string>& args, Callback cb) {
-  return Send(Views(args), std::move(cb), false);
+  return Send(args, std::move(cb), false);
 }
 
 bool RedisAsync::Eval(const char* body, std::vector<std::string> args, Callback cb) {

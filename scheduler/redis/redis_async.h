@@ -26,7 +26,6 @@
 #include <map>
 #include <initializer_list>
 #include <memory>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,11 +93,12 @@ class RedisAsync {
   static void OnRetryTimer(evutil_socket_t, short, void* arg);
 
   void ScheduleReconnect();
-  bool SendRaw(std::span<const std::string_view> args, redisCallbackFn* fn, void* priv);
-  bool Send(std::span<const std::string_view> args, Callback cb, bool timed);
-  static std::vector<std::string_view> Views(const std::vector<std::string>& args) {
-    return std::vector<std::string_view>(args.begin(), args.end());
-  }
+  // `args`: strings or string views (each with data() and size()); defined in the .cc, the
+  // only place they are used.
+  template <typename Args>
+  bool SendRaw(const Args& args, redisCallbackFn* fn, void* priv);
+  template <typename Args>
+  bool Send(const Args& args, Callback cb, bool timed);
 
   struct event_base* base_;
   RedisUrl url_;

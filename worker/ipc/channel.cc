@@ -153,6 +153,14 @@ Status Channel::ReadSome(bool* eof, bool* would_block, int flags, bool* short_re
   return Status::Ok();
 }
 
+void Channel::TakeFds(uint16_t n, std::vector<UniqueFd>* to) {
+  to->clear();
+  for (uint16_t i = 0; i < n; ++i) {
+    to->push_back(std::move(in_fds_.front()));
+    in_fds_.pop_front();
+  }
+}
+
 bool Channel::TakeFrame(Frame* f, Status* err) {
   if (big_len_ != 0) {
     if (big_have_ < big_len_) return false;
@@ -178,11 +186,7 @@ bool Channel::TakeFrame(Frame* f, Status* err) {
       big_.type = type;
       big_.payload.reserve(len);
       big_.payload.assign(in_, kHeader, std::string::npos);
-      big_.fds.clear();
-      for (uint16_t i = 0; i < nfds; ++i) {
-        big_.fds.push_back(std::move(in_fds_.front()));
-        in_fds_.pop_front();
-      }
+      TakeFds(nfds, &big_.fds);
       big_have_ = big_.payload.size();
       big_len_ = len;
       in_.clear();
@@ -195,11 +199,7 @@ bool Channel::TakeFrame(Frame* f, Status* err) {
   }
   f->type = type;
   f->payload.assign(in_, kHeader, len);
-  f->fds.clear();
-  for (uint16_t i = 0; i < nfds; ++i) {
-    f->fds.push_back(std::move(in_fds_.front()));
-    in_fds_.pop_front();
-  }
+  TakeFds(nfds, &f->fds);
   in_.erase(0, kHeader + len);
   return true;
 }

@@ -93,6 +93,8 @@ class Channel {
   // short_read (if given): set when the read returned less than it could take.
   Status ReadSome(bool* eof, bool* would_block, int flags, bool* short_read = nullptr);
   bool TakeFrame(Frame* f, Status* err);
+  // The first `n` received fds, a frame's (REQUIRES: that many received), into `to`.
+  void TakeFds(uint16_t n, std::vector<UniqueFd>* to);
   // Send and SendOwned: `own`, when given, is the string `payload` views, whose buffer may become
   // the queue.
   Status SendFrame(uint16_t type, std::string_view payload, const std::vector<int>& fds, std::string* own);
