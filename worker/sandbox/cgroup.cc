@@ -343,11 +343,16 @@ Status SandboxCgroup::WriteFile(const std::string& controller, const char* file,
 Result<std::string> SandboxCgroup::ReadFile(const std::string& controller, const char* file) {
   int fd = OpenFile('r', controller, file);
   if (fd < 0) return ErrnoStatus(std::string("open ") + controller + "/" + file);
-  // A read from offset 0 makes cgroupfs show the file afresh.
+  // A read from offset 0 makes cgroupfs show the file afresh, and a read that does not fill the
+  // buffer has all of it: every file read here is one record of cgroupfs's seq_file (a value or a
+  // few keyed lines, far under a page), or, for cgroup.procs, only its emptiness matters (which
+  // the first read tells). A read at a later offset would make cgroupfs show the file again from
+  // its start to find that offset: two reads per figure cost twice one.
   std::string out;
   char buf[4096];
   for (ssize_t n; (n = ::pread(fd, buf, sizeof buf, static_cast<off_t>(out.size()))) > 0;) {
     out.append(buf, static_cast<size_t>(n));
+    if (static_cast<size_t>(n) < sizeof buf) break;
   }
   return out;
 }
