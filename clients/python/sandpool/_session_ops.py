@@ -425,14 +425,21 @@ def _command_fields(command: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def _wait_result(keys: Any, poll_interval: float, sub: Any, op_id: str, deadline: Optional[float]) -> Op[OpResult]:
-    """The operation's stored result: from its exited event (decoded once), or the result key."""
+    """The operation's stored result: from its exited event (decoded once), or the result key.
+    As :func:`follow` does, the key is read only once the channel has been silent for
+    ``poll_interval`` or has sent something other than a whole result: the caller subscribed
+    before it sent the operation, so the event cannot have gone by unheard, and a read before
+    the first wait found nothing but cost every operation a round trip."""
     started = time.monotonic()
     take = False
+    read = False
     while True:
         key = keys.result(op_id)
-        stored = (yield from _take_result(key)) if take else (yield Cmd(("GET", key)))
-        if stored is not None:
-            return OpResult.from_bytes(stored)
+        if read or take:
+            stored = (yield from _take_result(key)) if take else (yield Cmd(("GET", key)))
+            if stored is not None:
+                return OpResult.from_bytes(stored)
+        read = True
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             raise WaitTimeout(op_id, now - started)

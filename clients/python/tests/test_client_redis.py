@@ -319,3 +319,55 @@ def test_a_large_session_result_is_taken_or_read_under_an_acl_without_getdel(red
             assert admin.exists(key) == (0 if taken else 1)
             await a.aclose() if hasattr(a, "aclose") else await a.close()
     asyncio.run(main())
+
+
+def _play_session_daemon(raw: redis.Redis, stream: str, answer: str) -> threading.Thread:
+    """Takes one operation from the session's stream and answers it as a daemon would, either on
+    its channel alone (`event`) or in its result key alone (`key`)."""
+    def run() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            entries = raw.xrange(stream)
+            if entries:
+                break
+            time.sleep(0.005)
+        (_, fields), = entries
+        req = msgpack.unpackb(fields[b"req"], raw=False)
+        result = {"v": 2, "id": req["id"], "op": req["op"], "session": req["session"], "ok": True,
+                  "error": None, "value": {"exists": True}}
+        if answer == "event":
+            raw.publish(f"sandpool:out:{req['id']}", pack({"v": 2, "type": "exited", "seq": 0, "result": result}))
+        else:
+            raw.set(f"sandpool:result:{req['id']}", pack(result))
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_session_operation_is_answered_by_its_event_or_else_by_its_result_key(
+        client: Client, raw: redis.Redis, redis_server: RedisServer) -> None:
+    # The client reads the result key only once the channel has been silent for poll_interval
+    # (0.2 s here): an answer on the channel is taken without it, and an answer only in the key
+    # (its event lost) is found after that wait.
+    raw.hset("sandpool:session:s1", "consumer", "d1")
+    s = client.session("s1", start=False)
+    stream = "sandpool:sreq:default:d1"
+    mon_conn = redis_server.client()
+    with mon_conn.monitor() as mon:
+        t = _play_session_daemon(raw, stream, "event")
+        assert s.exists("/work/x") is True
+        t.join(5)
+        raw.delete(stream)
+        commands: List[str] = []
+        while True:
+            cmd = mon.next_command()["command"]
+            if cmd.startswith("PUBLISH"):
+                break
+            commands.append(cmd)
+    assert not [c for c in commands if c.startswith(("GET ", "GETDEL "))], commands
+
+    t = _play_session_daemon(raw, stream, "key")
+    began = time.monotonic()
+    assert s.exists("/work/x") is True
+    assert time.monotonic() - began >= 0.2
+    t.join(5)
