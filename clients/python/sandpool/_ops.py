@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
 import msgpack
 import redis
@@ -33,6 +33,8 @@ from .protocol import (
     encode_job,
     entry_fields,
 )
+
+T = TypeVar("T")
 
 #: Environment variable holding the Redis URL when ``Client(url=None)``.
 URL_ENV = "SANDPOOL_REDIS_URL"
@@ -134,8 +136,22 @@ def get_result(keys: Keys, job_id: str) -> Op[Optional[Result]]:
 
 def subscribe(keys: Keys, job_id: str, timeout: float = 30.0) -> Op[Any]:
     """Subscribes to the job's channel and waits until Redis confirms it; the handle."""
+    sub, _ = yield from subscribe_during(keys, job_id, _nothing(), timeout)
+    return sub
+
+
+def _nothing() -> Op[None]:
+    return None
+    yield  # a generator: an Op that asks for nothing
+
+
+def subscribe_during(keys: Keys, job_id: str, op: Op[T], timeout: float = 30.0) -> Op[Tuple[Any, T]]:
+    """:func:`subscribe`, with ``op`` run while the confirmation travels (Subscribe sends
+    SUBSCRIBE on a connection of its own without waiting for it): the handle and ``op``'s value.
+    What ``op`` sends is not ordered after the subscription; only what follows this is."""
     sub = yield Subscribe(keys.out(job_id))
     try:
+        value = yield from op
         end = time.monotonic() + timeout
         while True:
             left = end - time.monotonic()
@@ -143,7 +159,7 @@ def subscribe(keys: Keys, job_id: str, timeout: float = 30.0) -> Op[Any]:
                 raise redis.TimeoutError("no confirmation of SUBSCRIBE from Redis")
             msg = yield Listen(sub, left)
             if msg is not None and msg.get("type") == "subscribe":
-                return sub
+                return sub, value
     except BaseException:
         yield Close(sub)
         raise
@@ -279,13 +295,17 @@ def output_to(on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCal
     return deliver
 
 
-def run_followed(keys: Keys, poll_interval: float, op_id: str, stream: str, fields: Mapping[str, Any],
+def run_followed(keys: Keys, poll_interval: float, op_id: str, stream: Union[str, Op[str]], fields: Mapping[str, Any],
                  on_emit: Callable[[Event], None], wait_timeout: Optional[float]) -> Op[Result]:
     """Subscribes to ``op_id``'s channel, XADDs ``fields`` to ``stream`` (so no event is missed),
-    gives each live event to ``on_emit`` and returns the result: a job's run, a session command."""
+    gives each live event to ``on_emit`` and returns the result: a job's run, a session command.
+    ``stream`` may be an Op that finds it, run while the subscription is confirmed."""
     deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
     started_at = time.monotonic()
-    sub = yield from subscribe(keys, op_id)
+    if isinstance(stream, str):
+        sub = yield from subscribe(keys, op_id)
+    else:
+        sub, stream = yield from subscribe_during(keys, op_id, stream)
     try:
         yield Cmd(("XADD", stream, "*", *flat_fields(fields)))
         exited = yield from relay(follow(keys, poll_interval, op_id, sub, True, deadline, started_at), on_emit)

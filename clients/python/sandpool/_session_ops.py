@@ -17,7 +17,7 @@ import redis
 
 from ._drive import Cmd, Close, Listen, Op
 from ._keys import check_id, new_job_id
-from ._ops import OutputCallback, flat_fields, output_to, run_followed, subscribe
+from ._ops import OutputCallback, flat_fields, output_to, run_followed, subscribe_during
 from .errors import SandpoolError, WaitTimeout
 from .protocol import BytesLike, ErrorInfo, ProtocolError, Result, build_job_map
 
@@ -368,6 +368,10 @@ class SessionOps:
             return keys.session_intake(self.client.queue)
         return keys.session_stream(self.client.queue, holder.decode())
 
+    def _intake(self) -> Op[str]:
+        return self.client.keys.session_intake(self.client.queue)
+        yield  # an Op, as _stream is
+
     def _request(self, op: str, op_id: str, fields: Mapping[str, Any]) -> Dict[str, bytes]:
         req: Dict[str, Any] = {"v": SESSION_PROTOCOL_VERSION, "id": op_id, "op": op, "session": self.id}
         req.update(fields)
@@ -380,9 +384,10 @@ class SessionOps:
         result key is the fallback (and the truth) if the event is missed."""
         op_id = new_job_id()
         keys = self.client.keys
-        stream = keys.session_intake(self.client.queue) if intake else (yield from self._stream(op))
         deadline = None if timeout is None else time.monotonic() + timeout
-        sub = yield from subscribe(keys, op_id)
+        # The session's stream is looked up while Redis confirms the subscription: one round
+        # trip for the two.
+        sub, stream = yield from subscribe_during(keys, op_id, self._intake() if intake else self._stream(op))
         try:
             yield Cmd(("XADD", stream, "*", *flat_fields(self._request(op, op_id, fields))))
             res = yield from _wait_result(keys, self.client.poll_interval, sub, op_id, deadline)
@@ -397,8 +402,7 @@ class SessionOps:
                  on_stderr: Optional[OutputCallback], wait_timeout: Optional[float],
                  op_id: Optional[str] = None) -> Op[Result]:
         op_id = op_id or new_job_id()
-        stream = yield from self._stream(op)
-        result = yield from run_followed(self.client.keys, self.client.poll_interval, op_id, stream,
+        result = yield from run_followed(self.client.keys, self.client.poll_interval, op_id, self._stream(op),
                                          self._request(op, op_id, fields), output_to(on_stdout, on_stderr),
                                          wait_timeout)
         err = result.error
