@@ -136,13 +136,14 @@ def get_result(keys: Keys, job_id: str) -> Op[Optional[Result]]:
 
 def subscribe(keys: Keys, job_id: str, timeout: float = 30.0) -> Op[Any]:
     """Subscribes to the job's channel and waits until Redis confirms it; the handle."""
-    sub, _ = yield from subscribe_during(keys, job_id, _nothing(), timeout)
+    sub, _ = yield from subscribe_during(keys, job_id, value_op(None), timeout)
     return sub
 
 
-def _nothing() -> Op[None]:
-    return None
-    yield  # a generator: an Op that asks for nothing
+def value_op(value: T) -> Op[T]:
+    """An Op that asks for nothing and returns ``value``."""
+    return value
+    yield  # a generator
 
 
 def subscribe_during(keys: Keys, job_id: str, op: Op[T], timeout: float = 30.0) -> Op[Tuple[Any, T]]:

@@ -17,7 +17,7 @@ import redis
 
 from ._drive import Cmd, Close, Listen, Op
 from ._keys import check_id, new_job_id
-from ._ops import OutputCallback, flat_fields, output_to, run_followed, subscribe_during
+from ._ops import OutputCallback, flat_fields, output_to, run_followed, subscribe_during, value_op
 from .errors import SandpoolError, WaitTimeout
 from .protocol import BytesLike, ErrorInfo, ProtocolError, Result, build_job_map
 
@@ -368,10 +368,6 @@ class SessionOps:
             return keys.session_intake(self.client.queue)
         return keys.session_stream(self.client.queue, holder.decode())
 
-    def _intake(self) -> Op[str]:
-        return self.client.keys.session_intake(self.client.queue)
-        yield  # an Op, as _stream is
-
     def _request(self, op: str, op_id: str, fields: Mapping[str, Any]) -> Dict[str, bytes]:
         req: Dict[str, Any] = {"v": SESSION_PROTOCOL_VERSION, "id": op_id, "op": op, "session": self.id}
         req.update(fields)
@@ -387,7 +383,8 @@ class SessionOps:
         deadline = None if timeout is None else time.monotonic() + timeout
         # The session's stream is looked up while Redis confirms the subscription: one round
         # trip for the two.
-        sub, stream = yield from subscribe_during(keys, op_id, self._intake() if intake else self._stream(op))
+        find = value_op(keys.session_intake(self.client.queue)) if intake else self._stream(op)
+        sub, stream = yield from subscribe_during(keys, op_id, find)
         try:
             yield Cmd(("XADD", stream, "*", *flat_fields(self._request(op, op_id, fields))))
             res = yield from _wait_result(keys, self.client.poll_interval, sub, op_id, deadline)
