@@ -5,6 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/syscalls.h"
 
 namespace sandpool {
 
@@ -63,6 +68,33 @@ Status ReadExact(int fd, void* data, size_t len) {
     len -= static_cast<size_t>(n);
   }
   return Status::Ok();
+}
+
+pid_t PidfdPidFromFdinfo(int pidfd) {
+  std::string path = "/proc/self/fdinfo/" + std::to_string(pidfd);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return 0;
+  char buf[1024];
+  ssize_t n;
+  do {
+    n = ::read(fd.get(), buf, sizeof buf - 1);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  // A line "Pid:\t<pid>" (procfs, pidfd_show_fdinfo).
+  for (const char* line = buf; line != nullptr && *line != '\0';) {
+    if (std::strncmp(line, "Pid:", 4) == 0) return static_cast<pid_t>(std::atol(line + 4));
+    line = std::strchr(line, '\n');
+    if (line != nullptr) ++line;
+  }
+  return 0;
+}
+
+pid_t PidOfPidfd(int pidfd) {
+  pid_t pid = sys::PidfdPid(pidfd);
+  if (pid > 0) return pid;
+  if (pid < 0 && errno == ESRCH) return -1;
+  return PidfdPidFromFdinfo(pidfd);
 }
 
 }  // namespace sandpool

@@ -59,4 +59,12 @@ Status WriteAll(int fd, const void* data, size_t len);
 // Reads exactly `len` bytes; an early EOF is an error whose sys_errno() is 0.
 Status ReadExact(int fd, void* data, size_t len);
 
+// The pid a pidfd refers to, in our pid namespace: PIDFD_GET_INFO (sys::PidfdPid), or where the
+// kernel has none (before 6.13) the Pid: line of its fdinfo (PidfdPidFromFdinfo). -1 once the
+// process is gone. Allocates: not for use between fork and exec.
+pid_t PidOfPidfd(int pidfd);
+// The Pid: line of /proc/self/fdinfo/<pidfd>: -1 for a process that is gone, 0 when there is
+// none (not a pidfd, or procfs unreadable).
+pid_t PidfdPidFromFdinfo(int pidfd);
+
 }  // namespace sandpool

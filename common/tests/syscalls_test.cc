@@ -6,8 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
-#include <string>
 
 #include <gtest/gtest.h>
 
@@ -16,18 +14,9 @@
 namespace sandpool {
 namespace {
 
-// What /proc/self/fdinfo says for a pidfd (the way before PIDFD_GET_INFO, and its fallback).
-pid_t FdinfoPid(int pidfd) {
-  std::ifstream in("/proc/self/fdinfo/" + std::to_string(pidfd));
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("Pid:", 0) == 0) return static_cast<pid_t>(std::stol(line.substr(4)));
-  }
-  return 0;
-}
-
 // PidfdPid's layout of struct pidfd_info and its ioctl number are spelled out by hand: on a
 // kernel that has the ioctl it must agree with fdinfo, and on one that has not it must say so
-// with the errno the caller falls back on.
+// with the errno PidOfPidfd falls back on. PidOfPidfd gives the pid either way, -1 once reaped.
 TEST(Syscalls, PidfdPidAgreesWithFdinfoOrSaysItCannot) {
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -45,16 +34,22 @@ TEST(Syscalls, PidfdPidAgreesWithFdinfoOrSaysItCannot) {
   } else {
     EXPECT_TRUE(errno == ENOTTY || errno == EINVAL) << "errno " << errno;
   }
-  EXPECT_EQ(FdinfoPid(pidfd.get()), child);
+  EXPECT_EQ(PidfdPidFromFdinfo(pidfd.get()), child);
+  EXPECT_EQ(PidOfPidfd(pidfd.get()), child);
 
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
-  EXPECT_EQ(FdinfoPid(pidfd.get()), -1);
+  EXPECT_EQ(PidfdPidFromFdinfo(pidfd.get()), -1);
+  EXPECT_EQ(PidOfPidfd(pidfd.get()), -1);
   if (supported) {
     errno = 0;
     EXPECT_EQ(sys::PidfdPid(pidfd.get()), -1);
     EXPECT_EQ(errno, ESRCH);
   }
+  // An fd that is no pidfd has no Pid: line.
+  auto pipe = MakePipe();
+  ASSERT_TRUE(pipe.ok());
+  EXPECT_EQ(PidfdPidFromFdinfo(pipe->read.get()), 0);
 }
 
 }  // namespace

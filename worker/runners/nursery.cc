@@ -10,9 +10,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "common/asan.h"
+#include "common/fd.h"
 #include "common/runtimes.h"
 #include "common/syscalls.h"
 #include "worker/ipc/messages.h"
@@ -23,17 +23,6 @@ namespace sandpool {
 namespace {
 
 constexpr const char* kLibraryName = "libsandpool_nursery.so";
-
-// The pid a pidfd refers to, in our pid namespace: PIDFD_GET_INFO, or where the kernel has none
-// (before 6.13) the Pid: line of its fdinfo.
-pid_t PidOfPidfd(int pidfd) {
-  if (pid_t pid = sys::PidfdPid(pidfd); pid > 0 || errno == ESRCH) return pid;
-  std::ifstream in("/proc/self/fdinfo/" + std::to_string(pidfd));
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("Pid:", 0) == 0) return static_cast<pid_t>(std::atol(line.c_str() + 4));
-  }
-  return -1;
-}
 
 }  // namespace
 
