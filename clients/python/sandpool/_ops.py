@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar
 
 import msgpack
 import redis
@@ -296,17 +296,14 @@ def output_to(on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCal
     return deliver
 
 
-def run_followed(keys: Keys, poll_interval: float, op_id: str, stream: Union[str, Op[str]], fields: Mapping[str, Any],
+def run_followed(keys: Keys, poll_interval: float, op_id: str, find_stream: Op[str], fields: Mapping[str, Any],
                  on_emit: Callable[[Event], None], wait_timeout: Optional[float]) -> Op[Result]:
-    """Subscribes to ``op_id``'s channel, XADDs ``fields`` to ``stream`` (so no event is missed),
-    gives each live event to ``on_emit`` and returns the result: a job's run, a session command.
-    ``stream`` may be an Op that finds it, run while the subscription is confirmed."""
+    """Subscribes to ``op_id``'s channel, XADDs ``fields`` to the stream ``find_stream`` gives (run
+    while the subscription is confirmed; so no event is missed), gives each live event to
+    ``on_emit`` and returns the result: a job's run, a session command."""
     deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
     started_at = time.monotonic()
-    if isinstance(stream, str):
-        sub = yield from subscribe(keys, op_id)
-    else:
-        sub, stream = yield from subscribe_during(keys, op_id, stream)
+    sub, stream = yield from subscribe_during(keys, op_id, find_stream)
     try:
         yield Cmd(("XADD", stream, "*", *flat_fields(fields)))
         exited = yield from relay(follow(keys, poll_interval, op_id, sub, True, deadline, started_at), on_emit)
@@ -375,7 +372,8 @@ class ClientOps:
 
     def _run_op(self, options: Mapping[str, Any], unknown: Mapping[str, Any]) -> Op[Result]:
         job_id, fields = _entry_of("run", options, unknown)
-        return (yield from run_followed(self.keys, self.poll_interval, job_id, self.keys.queue(self.queue), fields,
+        queue = value_op(self.keys.queue(self.queue))
+        return (yield from run_followed(self.keys, self.poll_interval, job_id, queue, fields,
                                         output_to(options.get("on_stdout"), options.get("on_stderr")),
                                         options.get("wait_timeout")))
 

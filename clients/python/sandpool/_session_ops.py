@@ -436,7 +436,7 @@ def _wait_result(keys: Any, poll_interval: float, sub: Any, op_id: str, deadline
     read = False
     while True:
         key = keys.result(op_id)
-        if read or take:
+        if read:
             stored = (yield from _take_result(key)) if take else (yield Cmd(("GET", key)))
             if stored is not None:
                 return OpResult.from_bytes(stored)
