@@ -160,11 +160,16 @@ class SandboxTest : public ::testing::Test {
     return s;
   }
 
+  // /proc/<pid>/<name>, or what was read of it before the process went (a read of a vanishing
+  // process fails with ESRCH, which std::ifstream turns into an exception).
+  static std::string ProcFile(pid_t pid, const char* name) {
+    UniqueFd fd(::open(("/proc/" + std::to_string(pid) + "/" + name).c_str(), O_RDONLY | O_CLOEXEC));
+    return fd ? ReadAll(fd.get()) : std::string();
+  }
+
   // The parent of host process `pid` (its stat line's 4th field), or 0 if it is gone.
   static pid_t ParentPid(pid_t pid) {
-    std::ifstream stat_file("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    std::getline(stat_file, line);
+    std::string line = ProcFile(pid, "stat");
     size_t paren = line.rfind(')');
     return paren == std::string::npos ? 0 : std::atoi(line.substr(paren + 4).c_str());
   }
@@ -596,10 +601,7 @@ class NurseryTest : public PythonZygoteTest {
     if (!OpenNurseryLibrary()) GTEST_SKIP() << "no nursery library next to the test binary (sanitizer build)";
     PythonZygoteTest::SetUp();
   }
-  static std::string Cmdline(pid_t pid) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
+  static std::string Cmdline(pid_t pid) { return ProcFile(pid, "cmdline"); }
   static bool IsNursery(pid_t pid) {
     std::string c = Cmdline(pid);
     return c.size() > 8 && c.compare(c.size() - 8, 8, std::string("\0mother\0", 8)) == 0;
