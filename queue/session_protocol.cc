@@ -212,8 +212,7 @@ std::variant<SessionRequest, JobError> DecodeImpl(std::string_view payload, cons
   const msgpack::object& root = p.handle.get();
   if (root.type != msgpack::type::MAP) return Err(ErrorCode::kBadPayload, "not a map");
   const auto& m = root.via.map;
-  SessionRequest r;
-  r.raw = std::string(payload);
+  SessionRequest r;  // raw is set by the caller, which owns the payload
   // v and op first: they decide how to read the rest.
   const msgpack::object *v = nullptr, *op = nullptr;
   for (uint32_t i = 0; i < m.size; ++i) {
@@ -353,15 +352,32 @@ const SessionOpInfo& SessionOpOf(SessionOp op) {
   return kSessionOps[0];
 }
 
-std::variant<SessionRequest, JobError> DecodeSessionRequest(std::string_view payload, const ServerLimits& limits,
-                                                            const SessionLimits& session_limits) {
+namespace {
+
+// `raw` is `*take`'s buffer when given, else a copy of `payload` (which `*take` then holds).
+std::variant<SessionRequest, JobError> DecodeCaught(std::string_view payload, const ServerLimits& limits,
+                                                    const SessionLimits& session_limits, std::string* take) {
   try {
-    return DecodeImpl(payload, limits, session_limits);
+    auto out = DecodeImpl(payload, limits, session_limits);
+    if (auto* r = std::get_if<SessionRequest>(&out)) r->raw = take != nullptr ? std::move(*take) : std::string(payload);
+    return out;
   } catch (const std::bad_alloc&) {
     return Err(ErrorCode::kTooLarge, "out of memory decoding the request");
   } catch (...) {
     return Err(ErrorCode::kInternal, "unexpected exception decoding the request");
   }
+}
+
+}  // namespace
+
+std::variant<SessionRequest, JobError> DecodeSessionRequest(std::string_view payload, const ServerLimits& limits,
+                                                            const SessionLimits& session_limits) {
+  return DecodeCaught(payload, limits, session_limits, nullptr);
+}
+
+std::variant<SessionRequest, JobError> TakeSessionRequest(std::string& payload, const ServerLimits& limits,
+                                                          const SessionLimits& session_limits) {
+  return DecodeCaught(payload, limits, session_limits, &payload);
 }
 
 std::string EncodeOpResult(const OpResult& r) {

@@ -78,6 +78,11 @@ struct SessionLimits {
 
 std::variant<SessionRequest, JobError> DecodeSessionRequest(std::string_view payload, const ServerLimits& limits,
                                                             const SessionLimits& session_limits);
+// The same, with the decoded request's `raw` taking `payload`'s buffer instead of a copy of it (a
+// file written to a session: up to 32 MiB). `payload` is left empty when the request decodes, and
+// as it was when it does not (its answer reads the op from it).
+std::variant<SessionRequest, JobError> TakeSessionRequest(std::string& payload, const ServerLimits& limits,
+                                                          const SessionLimits& session_limits);
 
 // The operation result map (section 13), `value` a msgpack map (or empty: nil).
 struct OpResult {

@@ -33,8 +33,12 @@ Status LoopChannel::Send(uint16_t type, std::string_view payload, const std::vec
 }
 
 Status LoopChannel::SendOwned(uint16_t type, std::string payload) {
+  return SendOwned(type, {}, std::move(payload));
+}
+
+Status LoopChannel::SendOwned(uint16_t type, std::string_view head, std::string tail) {
   if (!open()) return Status::Error("channel closed");
-  return Sent(channel_.SendOwned(type, std::move(payload)));
+  return Sent(channel_.SendOwned(type, head, std::move(tail)));
 }
 
 Status LoopChannel::Sent(Status s) {

@@ -43,6 +43,8 @@ class LoopChannel {
   Status Send(uint16_t type, std::string_view payload, const std::vector<int>& fds = {});
   // The same without fds, taking the payload: its buffer becomes the queue (Channel::SendOwned).
   Status SendOwned(uint16_t type, std::string payload);
+  // The same for a payload of two parts, `head` then `tail` (Channel::SendOwned).
+  Status SendOwned(uint16_t type, std::string_view head, std::string tail);
   size_t QueuedBytes() const { return channel_.QueuedBytes(); }
   // Frees the events and closes the fd; queued bytes are dropped.
   void Close();

@@ -69,13 +69,15 @@ void Sessions::OnIntakeEntry(const std::string& entry, const std::map<std::strin
   (void)sent;  // not sent: it stays pending here, and the own scan after reconnecting finds it
 }
 
-void Sessions::OnOwnEntry(const std::string& entry, const std::map<std::string, std::string>& fields) {
+void Sessions::OnOwnEntry(const std::string& entry, std::map<std::string, std::string>& fields) {
   if (fields.empty()) {
     ledger_->Ack(own_stream_, entry);
     return;
   }
+  // A file written to the session is most of the request: its buffer moves on, not a copy.
+  std::string none;
   auto req_it = fields.find("req");
-  auto decoded = DecodeSessionRequest(req_it == fields.end() ? std::string_view() : req_it->second, config_.limits, limits_);
+  auto decoded = TakeSessionRequest(req_it == fields.end() ? none : req_it->second, config_.limits, limits_);
   if (auto* err = std::get_if<JobError>(&decoded)) {
     answers_.Entry(own_stream_, entry, fields, err->code, err->message);
     return;
@@ -87,6 +89,7 @@ void Sessions::OnOwnEntry(const std::string& entry, const std::map<std::string, 
   op.received_us = MonotonicUs();  // op_answers measures its metrics against the real clock
   auto id_it = fields.find("id");
   if (id_it == fields.end() || id_it->second != op.req.id) {
+    fields["req"] = std::move(op.req.raw);  // the answer takes the form of the op it names
     answers_.Entry(own_stream_, entry, fields, ErrorCode::kBadField, "id: the entry's id field and the request's differ");
     return;
   }

@@ -185,8 +185,8 @@ void Session::OnGone(const std::string& why, bool let_go) {
   if (hooks_.on_ended) hooks_.on_ended(*this, why, asked_);
 }
 
-void Session::SendAgent(AgentMsg type, std::string payload) {
-  Status s = agent_.SendOwned(static_cast<uint16_t>(type), std::move(payload));
+void Session::SendAgent(AgentMsg type, std::string payload, std::string_view head) {
+  Status s = agent_.SendOwned(static_cast<uint16_t>(type), head, std::move(payload));
   if (!s.ok()) LogDebug("session agent unreachable", {{"session", id_}, {"error", s.message()}});
   // A failed send means the agent is gone: its channel's closed handler ends the session.
 }
@@ -484,7 +484,8 @@ void Session::File(std::string request, AnswerDone done) {
     }
     done(OpAnswer{std::nullopt, r.value.empty() ? std::string("\x80") : std::move(r.value)});
   };
-  SendAgent(AgentMsg::kFile, EncodeMsg(AgentFileMsg{req, std::move(request)}));
+  std::string head = AgentFileHead(req, request.size());
+  SendAgent(AgentMsg::kFile, std::move(request), head);
 }
 
 void Session::Stats(std::function<void(std::optional<SessionStatsMsg>)> done) {

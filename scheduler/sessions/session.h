@@ -162,7 +162,8 @@ class Session {
   // has moved on: its entry may hold a new sandbox by now), on_start_failed or on_ended.
   void OnGone(const std::string& why, bool let_go = false);
   void EndSandbox();
-  void SendAgent(AgentMsg type, std::string payload);
+  // The frame's payload is `head` (when given) then `payload`, whose buffer is not copied.
+  void SendAgent(AgentMsg type, std::string payload, std::string_view head = {});
   uint64_t NextReq() { return ++req_; }
   void FinishCommand(Command& c);
   void KillCommand(Command& c, KillReason why);

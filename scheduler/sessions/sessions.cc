@@ -60,11 +60,10 @@ Sessions::Sessions(struct event_base* base, const DaemonConfig& config, const Ke
       {intake_, [this] { return HasRoom() ? kReadBatch : 0; }, true, false, ""}};
   StreamReader::Hooks reading;
   reading.on_entries = [this](std::vector<StreamEntry> entries) {
-    static const std::map<std::string, std::string> kDeleted;
     for (StreamEntry& e : entries) {
-      const auto& fields = e.deleted ? kDeleted : e.fields;
-      if (e.stream == intake_) OnIntakeEntry(e.id, fields);
-      else OnOwnEntry(e.id, fields);
+      if (e.deleted) e.fields.clear();
+      if (e.stream == intake_) OnIntakeEntry(e.id, e.fields);
+      else OnOwnEntry(e.id, e.fields);
     }
   };
   // Being claimed or served here: claiming it again would answer a running operation worker_lost.

@@ -140,7 +140,8 @@ class Sessions {
 
   // Reading (op_dispatch.cc).
   void OnIntakeEntry(const std::string& entry, const std::map<std::string, std::string>& fields);
-  void OnOwnEntry(const std::string& entry, const std::map<std::string, std::string>& fields);
+  // Takes `fields`' request (`req`) when it decodes; the rest is left as it was.
+  void OnOwnEntry(const std::string& entry, std::map<std::string, std::string>& fields);
   bool HasRoom() const;
 
   // Operations.

@@ -25,18 +25,24 @@ void PutHeader(char* h, uint32_t len, uint16_t type, uint16_t nfds) {
 }  // namespace
 
 Status Channel::Send(uint16_t type, std::string_view payload, const std::vector<int>& fds) {
-  return SendFrame(type, payload, fds, nullptr);
+  return SendFrame(type, {}, payload, fds, nullptr);
 }
 
 Status Channel::SendOwned(uint16_t type, std::string payload) {
-  return SendFrame(type, payload, {}, &payload);
+  return SendFrame(type, {}, payload, {}, &payload);
 }
 
-Status Channel::SendFrame(uint16_t type, std::string_view payload, const std::vector<int>& fds, std::string* own) {
+Status Channel::SendOwned(uint16_t type, std::string_view head, std::string tail) {
+  return SendFrame(type, head, tail, {}, &tail);
+}
+
+Status Channel::SendFrame(uint16_t type, std::string_view head, std::string_view payload, const std::vector<int>& fds,
+                          std::string* own) {
   if (!fd_.valid()) return Status::Error("channel closed");
-  if (payload.size() > kMaxPayload || fds.size() > kMaxFds) return Status::Error("frame too large");
+  size_t size = head.size() + payload.size();
+  if (size > kMaxPayload || fds.size() > kMaxFds) return Status::Error("frame too large");
   char header[kHeader];
-  PutHeader(header, static_cast<uint32_t>(payload.size()), type, static_cast<uint16_t>(fds.size()));
+  PutHeader(header, static_cast<uint32_t>(size), type, static_cast<uint16_t>(fds.size()));
 
   // Anything already queued must go first; then this frame can only be appended.
   if (HasQueued()) {
@@ -46,17 +52,22 @@ Status Channel::SendFrame(uint16_t type, std::string_view payload, const std::ve
       if (HasQueued()) return Status::Error("channel congested; cannot attach fds", EAGAIN);
     } else {
       out_.append(header, kHeader);
+      out_.append(head);
       out_.append(payload);
       return Flush();
     }
   }
 
-  struct iovec iov[2] = {{header, kHeader}, {const_cast<char*>(payload.data()), payload.size()}};
-  size_t total = kHeader + payload.size();
+  struct iovec iov[3];
+  int n_iov = 0;
+  iov[n_iov++] = {header, kHeader};
+  if (!head.empty()) iov[n_iov++] = {const_cast<char*>(head.data()), head.size()};
+  if (!payload.empty()) iov[n_iov++] = {const_cast<char*>(payload.data()), payload.size()};
+  size_t total = kHeader + size;
   alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFds)];
   struct msghdr msg = {};
   msg.msg_iov = iov;
-  msg.msg_iovlen = payload.empty() ? 1 : 2;
+  msg.msg_iovlen = static_cast<size_t>(n_iov);
   if (!fds.empty()) {
     msg.msg_control = cbuf;
     msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
@@ -76,15 +87,18 @@ Status Channel::SendFrame(uint16_t type, std::string_view payload, const std::ve
     n = 0;
   }
   if (static_cast<size_t>(n) == total) return Status::Ok();
-  Queue(header, static_cast<size_t>(n), payload, own);
+  Queue(header, head, static_cast<size_t>(n), payload, own);
   return Flush();
 }
 
-void Channel::Queue(const char* header, size_t sent, std::string_view payload, std::string* own) {
+void Channel::Queue(const char* header, std::string_view head, size_t sent, std::string_view payload,
+                    std::string* own) {
   out_.clear();  // nothing queued (the callers sent only when nothing was): what is here was sent
   out_off_ = 0;
   if (sent < kHeader) out_.append(header + sent, kHeader - sent);
-  size_t from = sent > kHeader ? sent - kHeader : 0;
+  size_t head_sent = sent > kHeader ? std::min(sent - kHeader, head.size()) : 0;
+  out_.append(head.substr(head_sent));
+  size_t from = sent > kHeader + head.size() ? sent - kHeader - head.size() : 0;
   if (own != nullptr && out_.empty()) {
     out_ = std::move(*own);  // its buffer is the queue: the unsent tail is not copied
     out_off_ = from;

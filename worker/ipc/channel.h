@@ -68,6 +68,10 @@ class Channel {
   // The same without fds, taking the payload: when the socket does not take all of it, its
   // buffer becomes the queue instead of a copy of its tail (a session's file: up to 32 MiB).
   Status SendOwned(uint16_t type, std::string payload);
+  // The same for a payload of two parts, `head` then `tail`, sent without joining them (the head
+  // of a message whose last field is a file's bytes, and those bytes). The tail's buffer becomes
+  // the queue once the socket has taken the frame's header and head; before that it is copied.
+  Status SendOwned(uint16_t type, std::string_view head, std::string tail);
   // Non-blocking mode: writes queued bytes. Returns OK when drained or EAGAIN was hit.
   Status Flush();
   bool HasQueued() const { return out_off_ < out_.size(); }
@@ -97,10 +101,13 @@ class Channel {
   void TakeFds(uint16_t n, std::vector<UniqueFd>* to);
   // Send and SendOwned: `own`, when given, is the string `payload` views, whose buffer may become
   // the queue.
-  Status SendFrame(uint16_t type, std::string_view payload, const std::vector<int>& fds, std::string* own);
-  // Queues what a send left (`sent` bytes of the header, then of the payload, went out), taking
-  // `own`'s buffer for it when given. REQUIRES: nothing queued before the send.
-  void Queue(const char* header, size_t sent, std::string_view payload, std::string* own);
+  // `head` (may be empty) goes before `payload`; the frame's payload is the two.
+  Status SendFrame(uint16_t type, std::string_view head, std::string_view payload, const std::vector<int>& fds,
+                   std::string* own);
+  // Queues what a send left (`sent` bytes of the header, then of head and payload, went out),
+  // taking `own`'s buffer for it when given and the header and head are out.
+  // REQUIRES: nothing queued before the send.
+  void Queue(const char* header, std::string_view head, size_t sent, std::string_view payload, std::string* own);
 
   // Frames of at least this many bytes are read straight into their payload (big_).
   static constexpr size_t kDirectRead = 128u << 10;

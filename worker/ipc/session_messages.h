@@ -148,6 +148,30 @@ struct AgentFileMsg {
   MSGPACK_DEFINE_MAP(req, request)
 };
 
+// AgentFileMsg as the agent decodes it: `request` views the frame's payload (DecodeMsg references
+// the strings it accepts in its input, never copying one into a zone it frees), so a file's
+// bytes are not copied before the operation reads them. Valid while that payload is.
+struct AgentFileView {
+  uint64_t req = 0;
+  std::string_view request;
+  MSGPACK_DEFINE_MAP(req, request)
+};
+
+// EncodeMsg(AgentFileMsg{req, request}) without its last `request_bytes` bytes (the request's):
+// the head a sender puts before the request's own buffer (Channel::SendOwned(type, head, tail)),
+// so a file written to a session is not copied into a message first.
+inline std::string AgentFileHead(uint64_t req, size_t request_bytes) {
+  std::string out;
+  StringSink sink{&out};
+  msgpack::packer<StringSink> pk(sink);
+  pk.pack_map(2);
+  pk.pack(std::string_view("req"));
+  pk.pack(req);
+  pk.pack(std::string_view("request"));
+  pk.pack_str(static_cast<uint32_t>(request_bytes));
+  return out;
+}
+
 // The field every answer a waiter awaits (kStarted, kReply) begins with, decoded alone to route
 // the frame: a reply's value (a file's bytes) is then decoded once, by its waiter.
 struct AgentReqOf {

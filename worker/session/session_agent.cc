@@ -164,7 +164,7 @@ class Agent {
         return;
       }
       case AgentMsg::kFile: {
-        AgentFileMsg m;
+        AgentFileView m;  // views f.payload
         if (!DecodeMsg(f.payload, &m).ok()) return;
         AgentReplyMsg r = RunFileOperation(m.request);
         r.req = m.req;

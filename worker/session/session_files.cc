@@ -54,11 +54,13 @@ class Fields {
     out->assign(o->via.str.ptr, o->via.str.size);
     return true;
   }
-  bool Bytes(std::string_view name, std::string* out, std::string* why) const {
+  // A view of the bytes, valid while the unpacked request is (the whole operation): a file's
+  // data is written from where it arrived, not copied first.
+  bool Bytes(std::string_view name, std::string_view* out, std::string* why) const {
     const msgpack::object* o = Get(name);
     if (o == nullptr) return true;
-    if (o->type == msgpack::type::BIN) out->assign(o->via.bin.ptr, o->via.bin.size);
-    else if (o->type == msgpack::type::STR) out->assign(o->via.str.ptr, o->via.str.size);
+    if (o->type == msgpack::type::BIN) *out = std::string_view(o->via.bin.ptr, o->via.bin.size);
+    else if (o->type == msgpack::type::STR) *out = std::string_view(o->via.str.ptr, o->via.str.size);
     else return Wrong(name, "bytes", why);
     return true;
   }
@@ -206,7 +208,8 @@ AgentReplyMsg Write(const Fields& f) {
     const msgpack::object& item = files->via.array.ptr[i];
     if (item.type != msgpack::type::MAP) return Fail("bad_field", "files[" + std::to_string(i) + "]: not a map");
     Fields file(item);
-    std::string path, data, why;
+    std::string path, why;
+    std::string_view data;
     std::optional<uint64_t> mode, expected;
     bool parents = true, overwrite = true;
     if (!file.Str("path", &path, &why) || !file.Bytes("data", &data, &why) || !file.U64("mode", &mode, &why) ||
@@ -249,7 +252,8 @@ AgentReplyMsg Write(const Fields& f) {
 }
 
 AgentReplyMsg Append(const Fields& f) {
-  std::string path, data, why;
+  std::string path, why;
+  std::string_view data;
   bool parents = false;
   if (!f.Str("path", &path, &why) || !f.Bytes("data", &data, &why) || !f.Bool("parents", &parents, &why)) {
     return Fail("bad_field", why);

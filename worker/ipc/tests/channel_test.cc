@@ -139,6 +139,45 @@ TEST(Channel, LargeFramesArriveWholeAndInOrderBetweenSmallOnes) {
   }
 }
 
+// A payload sent in two parts (SendOwned with a head) arrives as one, whichever way the socket
+// splits it: all at once, within the tail (whose buffer the queue takes over), within the head (a
+// head larger than the socket takes: the rest is copied into the queue), or behind a queue.
+TEST(Channel, AFrameSentAsHeadAndTailArrivesAsOnePayload) {
+  auto sp = MakeSocketPair(SOCK_STREAM);
+  ASSERT_TRUE(sp.ok());
+  ASSERT_TRUE(SetNonBlocking(sp->a.get()).ok());
+  ASSERT_TRUE(SetNonBlocking(sp->b.get()).ok());
+  Channel a(std::move(sp->a)), b(std::move(sp->b));
+  auto pattern = [](size_t n, int seed) {
+    std::string s(n, '\0');
+    for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 13 + static_cast<size_t>(seed)) % 253);
+    return s;
+  };
+  const std::pair<size_t, size_t> sizes[] = {{10, 5u << 20}, {3, 10}, {900000, 1u << 20}, {0, 17}, {7, 0}, {20, 131072}};
+  const size_t n = sizeof sizes / sizeof sizes[0];
+  std::vector<Frame> frames;
+  for (uint16_t i = 0; i < n; ++i) {
+    if (i == 3) {  // the first three drained: this one meets an empty queue
+      for (int rounds = 0; a.HasQueued() && rounds < 100000; ++rounds) {
+        ASSERT_TRUE(a.Flush().ok());
+        ASSERT_TRUE(b.OnReadable(&frames).ok());
+      }
+      ASSERT_FALSE(a.HasQueued());
+    }
+    ASSERT_TRUE(a.SendOwned(i, pattern(sizes[i].first, i), pattern(sizes[i].second, i + 100)).ok());
+  }
+  for (int rounds = 0; frames.size() < n && rounds < 100000; ++rounds) {
+    ASSERT_TRUE(a.Flush().ok());
+    ASSERT_TRUE(b.OnReadable(&frames).ok());
+  }
+  ASSERT_EQ(frames.size(), n);
+  for (uint16_t i = 0; i < n; ++i) {
+    EXPECT_EQ(frames[i].type, i);
+    EXPECT_TRUE(frames[i].payload == pattern(sizes[i].first, i) + pattern(sizes[i].second, i + 100))
+        << "frame " << i << ": " << frames[i].payload.size() << " bytes";
+  }
+}
+
 // A peer that declares a large frame and ends before sending it: an error, not a frame.
 TEST(Channel, ALargeFrameCutShortIsAnError) {
   auto sp = MakeSocketPair(SOCK_STREAM);
