@@ -187,4 +187,23 @@ struct AgentReplyMsg {
   MSGPACK_DEFINE_MAP(req, error, message, value)
 };
 
+// EncodeMsg(r) without its last r.value.size() bytes (the value's): the head the agent sends
+// before the value's own buffer (Channel::SendOwned(type, head, tail)), so a file read from a
+// session is not copied into a message first.
+inline std::string AgentReplyHead(const AgentReplyMsg& r) {
+  std::string out;
+  StringSink sink{&out};
+  msgpack::packer<StringSink> pk(sink);
+  pk.pack_map(4);
+  pk.pack(std::string_view("req"));
+  pk.pack(r.req);
+  pk.pack(std::string_view("error"));
+  pk.pack(r.error);
+  pk.pack(std::string_view("message"));
+  pk.pack(r.message);
+  pk.pack(std::string_view("value"));
+  pk.pack_str(static_cast<uint32_t>(r.value.size()));
+  return out;
+}
+
 }  // namespace sandpool

@@ -143,6 +143,12 @@ class Agent {
     if (!ch_.Send(static_cast<uint16_t>(type), payload, fds).ok()) ::_exit(0);
   }
 
+  // A Reply, its value (a file read: up to 16 MiB) sent from its own buffer.
+  void SendReply(AgentReplyMsg r) {
+    std::string head = AgentReplyHead(r);
+    if (!ch_.SendOwned(static_cast<uint16_t>(AgentMsg::kReply), head, std::move(r.value)).ok()) ::_exit(0);
+  }
+
   void OnFrame(Frame& f) {
     switch (static_cast<AgentMsg>(f.type)) {
       case AgentMsg::kExec: {
@@ -160,7 +166,7 @@ class Agent {
         if (!ours || m.pid <= 1 || m.signal < 0 || m.signal > 64 || ::kill(-static_cast<pid_t>(m.pid), m.signal) != 0) {
           r.error = "process_exited";
         }
-        Send(AgentMsg::kReply, EncodeMsg(r));
+        SendReply(std::move(r));
         return;
       }
       case AgentMsg::kFile: {
@@ -168,7 +174,7 @@ class Agent {
         if (!DecodeMsg(f.payload, &m).ok()) return;
         AgentReplyMsg r = RunFileOperation(m.request);
         r.req = m.req;
-        Send(AgentMsg::kReply, EncodeMsg(r));
+        SendReply(std::move(r));
         return;
       }
       default:

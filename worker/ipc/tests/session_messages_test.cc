@@ -31,5 +31,19 @@ TEST(SessionMessages, AFileOperationsHeadAndRequestAreTheEncodedMessage) {
   }
 }
 
+// The agent's reply goes out as a head and the value's buffer: together, EncodeMsg's message.
+TEST(SessionMessages, AReplysHeadAndValueAreTheEncodedMessage) {
+  for (size_t len : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{65535}, size_t{65536}, size_t{3} << 20}) {
+    AgentReplyMsg r;
+    r.req = 77;
+    r.value.assign(len, '\x81');
+    for (const char* error : {"", "not_found"}) {
+      r.error = error;
+      r.message = *error ? "no such file: /work/x" : "";
+      EXPECT_EQ(AgentReplyHead(r) + r.value, EncodeMsg(r)) << len << " bytes, error '" << error << "'";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sandpool
