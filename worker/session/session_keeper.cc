@@ -256,7 +256,15 @@ class SessionKeeper {
       // before the last reference does.
       int tries = 0;
       while (::umount2(kDisk, 0) != 0 && errno == EBUSY && ++tries < 200) ::usleep(5000);
-      if (tries >= 200) ::umount2(kDisk, MNT_DETACH);
+      if (tries >= 200) {
+        // Still held: detached, it is written back only when the last holder lets go. Its data
+        // goes to the image now, so that the fsync below covers it (PROTOCOL.md section 17: a
+        // stop flushes everything; the disk is mounted noauto_da_alloc, so a file replaced
+        // just before the stop may not have been written back yet).
+        UniqueFd root(::open(kDisk, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (root) ::syncfs(root.get());
+        ::umount2(kDisk, MNT_DETACH);
+      }
       disk_mounted_ = false;
     }
     if (image_) {
