@@ -484,7 +484,7 @@ void Session::File(std::string request, AnswerDone done) {
     }
     done(OpAnswer{std::nullopt, r.value.empty() ? std::string("\x80") : std::move(r.value)});
   };
-  std::string head = AgentFileHead(req, request.size());
+  std::string head = EncodeMsgHead(AgentFileMsg{req, {}}, request.size());
   SendAgent(AgentMsg::kFile, std::move(request), head);
 }
 

@@ -144,7 +144,8 @@ struct AgentSignalMsg {
 
 struct AgentFileMsg {
   uint64_t req = 0;
-  std::string request;  // the client's request map (msgpack), as received
+  std::string request;  // the client's request map (msgpack), as received; last: sent behind
+                        // EncodeMsgHead, from its own buffer
   MSGPACK_DEFINE_MAP(req, request)
 };
 
@@ -157,21 +158,6 @@ struct AgentFileView {
   MSGPACK_DEFINE_MAP(req, request)
 };
 
-// EncodeMsg(AgentFileMsg{req, request}) without its last `request_bytes` bytes (the request's):
-// the head a sender puts before the request's own buffer (Channel::SendOwned(type, head, tail)),
-// so a file written to a session is not copied into a message first.
-inline std::string AgentFileHead(uint64_t req, size_t request_bytes) {
-  std::string out;
-  StringSink sink{&out};
-  msgpack::packer<StringSink> pk(sink);
-  pk.pack_map(2);
-  pk.pack(std::string_view("req"));
-  pk.pack(req);
-  pk.pack(std::string_view("request"));
-  pk.pack_str(static_cast<uint32_t>(request_bytes));
-  return out;
-}
-
 // The field every answer a waiter awaits (kStarted, kReply) begins with, decoded alone to route
 // the frame: a reply's value (a file's bytes) is then decoded once, by its waiter.
 struct AgentReqOf {
@@ -183,27 +169,8 @@ struct AgentReplyMsg {
   uint64_t req = 0;
   std::string error;    // a protocol error code (PROTOCOL.md section 19), or empty
   std::string message;
-  std::string value;    // msgpack map, the operation's `value`
+  std::string value;    // msgpack map, the operation's `value`; last: sent behind EncodeMsgHead
   MSGPACK_DEFINE_MAP(req, error, message, value)
 };
-
-// EncodeMsg(r) without its last r.value.size() bytes (the value's): the head the agent sends
-// before the value's own buffer (Channel::SendOwned(type, head, tail)), so a file read from a
-// session is not copied into a message first.
-inline std::string AgentReplyHead(const AgentReplyMsg& r) {
-  std::string out;
-  StringSink sink{&out};
-  msgpack::packer<StringSink> pk(sink);
-  pk.pack_map(4);
-  pk.pack(std::string_view("req"));
-  pk.pack(r.req);
-  pk.pack(std::string_view("error"));
-  pk.pack(r.error);
-  pk.pack(std::string_view("message"));
-  pk.pack(r.message);
-  pk.pack(std::string_view("value"));
-  pk.pack_str(static_cast<uint32_t>(r.value.size()));
-  return out;
-}
 
 }  // namespace sandpool

@@ -33,6 +33,20 @@ std::string EncodeMsg(const M& m) {
   return out;
 }
 
+// EncodeMsg of `m` with its last field holding `tail_bytes` bytes, without those bytes: the head a
+// sender puts before the last field's own buffer (Channel::SendOwned(type, head, tail)), so a
+// large field is not copied into a message first. Derived from M's own field list: `m` is
+// encoded with that field empty (msgpack's empty string, one byte), whose byte is replaced by
+// the string header of `tail_bytes`. REQUIRES: M's last field is a string, empty in `m`.
+template <typename M>
+std::string EncodeMsgHead(const M& m, size_t tail_bytes) {
+  std::string out = EncodeMsg(m);
+  out.pop_back();  // the empty last field: 0xa0
+  StringSink sink{&out};
+  msgpack::packer<StringSink>(sink).pack_str(static_cast<uint32_t>(tail_bytes));
+  return out;
+}
+
 // For msgpack::unpack: strings and bins up to `*limit` bytes are referenced in the input, not
 // copied into msgpack's zone first (the input outlives the object wherever this is used; a 16 MiB
 // file's bytes would be copied twice otherwise). A longer one, and any ext, takes the copying

@@ -145,8 +145,10 @@ class Agent {
 
   // A Reply, its value (a file read: up to 16 MiB) sent from its own buffer.
   void SendReply(AgentReplyMsg r) {
-    std::string head = AgentReplyHead(r);
-    if (!ch_.SendOwned(static_cast<uint16_t>(AgentMsg::kReply), head, std::move(r.value)).ok()) ::_exit(0);
+    std::string value = std::move(r.value);
+    r.value.clear();
+    std::string head = EncodeMsgHead(r, value.size());
+    if (!ch_.SendOwned(static_cast<uint16_t>(AgentMsg::kReply), head, std::move(value)).ok()) ::_exit(0);
   }
 
   void OnFrame(Frame& f) {

@@ -17,7 +17,7 @@ TEST(SessionMessages, AFileOperationsHeadAndRequestAreTheEncodedMessage) {
     for (size_t i = 0; i < len; ++i) request[i] = static_cast<char>(i % 251);
     for (uint64_t req : {uint64_t{1}, uint64_t{200}, uint64_t{1} << 40}) {
       std::string whole = EncodeMsg(AgentFileMsg{req, request});
-      EXPECT_EQ(AgentFileHead(req, len) + request, whole) << len << " bytes, req " << req;
+      EXPECT_EQ(EncodeMsgHead(AgentFileMsg{req, {}}, len) + request, whole) << len << " bytes, req " << req;
       AgentFileView view;
       ASSERT_TRUE(DecodeMsg(whole, &view).ok());
       EXPECT_EQ(view.req, req);
@@ -40,7 +40,9 @@ TEST(SessionMessages, AReplysHeadAndValueAreTheEncodedMessage) {
     for (const char* error : {"", "not_found"}) {
       r.error = error;
       r.message = *error ? "no such file: /work/x" : "";
-      EXPECT_EQ(AgentReplyHead(r) + r.value, EncodeMsg(r)) << len << " bytes, error '" << error << "'";
+      AgentReplyMsg without = r;
+      without.value.clear();
+      EXPECT_EQ(EncodeMsgHead(without, len) + r.value, EncodeMsg(r)) << len << " bytes, error '" << error << "'";
     }
   }
 }
