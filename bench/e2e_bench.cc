@@ -78,6 +78,10 @@ struct Options {
   int peer_n = 300;          // runs per peer
   int peer_inflight = 8;     // peers are also run with this many in flight (0: skip)
   int peer_tp_n = 600;       // runs for the peer throughput measurement
+  // Which peers run (--peers): bwrap, true, echo, node, python, pyimport; and the variant their
+  // lines carry instead of each peer's own (--peer-variant; run.sh's alternated rounds: paired-N).
+  std::vector<std::string> peers = {"bwrap", "true", "echo", "node", "python", "pyimport"};
+  std::string peer_variant;
   int idle_timeout_ms = 30000;  // no event for this long while jobs are pending: report as lost
   pid_t daemon_pid = 0;      // for CPU accounting (0: skip)
   std::string sandbox_cgroup;  // the daemon's instance cgroup (cpuacct or v2): sandboxes' CPU
@@ -106,6 +110,7 @@ std::vector<std::string> Split(std::string_view s, char sep) {
                "usage: sandpool_bench --redis URL [--prefix P] [--queue Q]\n"
                "  [--modes latency,throughput,peers] [--n N] [--warmup W] [--tp-n M]\n"
                "  [--inflight 8,64] [--kinds echo,true,py,pyimport,node] [--tp-kinds echo,py,node] [--variant V] [--pace-ms MS] [--peer-n N] [--peer-inflight K] [--peer-tp-n M]\n"
+               "  [--peers bwrap,true,echo,node,python,pyimport] [--peer-variant V]\n"
                "  [--idle-timeout-ms MS] [--daemon-pid PID] [--sandbox-cgroup DIR] [--redis-pid PID] [--template NAME]\n"
                "  [--metrics-url http://HOST:PORT/metrics]\n"
                "  [--bwrap PATH] [--python PATH]\n");
@@ -149,6 +154,14 @@ Options ParseOptions(int argc, char** argv) {
     } else if (a == "--peer-n") o.peer_n = ParseInt(next(), "--peer-n");
     else if (a == "--peer-inflight") o.peer_inflight = ParseInt(next(), "--peer-inflight");
     else if (a == "--peer-tp-n") o.peer_tp_n = ParseInt(next(), "--peer-tp-n");
+    else if (a == "--peers") {
+      o.peers = Split(next(), ',');
+      for (const auto& p : o.peers) {
+        if (p != "bwrap" && p != "true" && p != "echo" && p != "node" && p != "python" && p != "pyimport") {
+          Usage(("unknown peer " + p + " (bwrap, true, echo, node, python, pyimport)").c_str());
+        }
+      }
+    } else if (a == "--peer-variant") o.peer_variant = next();
     else if (a == "--idle-timeout-ms") o.idle_timeout_ms = ParseInt(next(), "--idle-timeout-ms");
     else if (a == "--daemon-pid") o.daemon_pid = ParseInt(next(), "--daemon-pid");
     else if (a == "--redis-pid") o.redis_pid = ParseInt(next(), "--redis-pid");
@@ -1100,16 +1113,23 @@ int Main(int argc, char** argv) {
     }
   }
   if (HasMode(o, "peers")) {
-    PeerPerRun(o, "bwrap", "unshare-all",
-               {o.bwrap, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "/bin/true"});
-    PeerPerRun(o, "posix_spawn", "none", {"/bin/true"});
-    PeerPerRun(o, "posix_spawn", "none", {"/bin/echo", "hi"});
-    if (access("/usr/bin/node", X_OK) == 0) PeerPerRun(o, "node", "none", {"/usr/bin/node", "-e", "console.log(1)"});
-    PeerPerRun(o, "python3", "none", {o.python, "-c", "print(1)"});
-    PeerPerRun(o, "python3", "none",
-               {o.python, "-c", "import json, re, math; print(json.dumps([re.sub('a', 'b', 'a'), math.floor(2.5)]))"},
-               false);
+    auto want = [&](std::string_view p) { return std::find(o.peers.begin(), o.peers.end(), p) != o.peers.end(); };
+    auto variant = [&](const char* own) { return o.peer_variant.empty() ? std::string(own) : o.peer_variant; };
+    if (want("bwrap")) {
+      PeerPerRun(o, "bwrap", variant("unshare-all"),
+                 {o.bwrap, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "/bin/true"});
+    }
+    if (want("true")) PeerPerRun(o, "posix_spawn", variant("none"), {"/bin/true"});
+    if (want("echo")) PeerPerRun(o, "posix_spawn", variant("none"), {"/bin/echo", "hi"});
+    if (want("node") && access("/usr/bin/node", X_OK) == 0) {
+      PeerPerRun(o, "node", variant("none"), {"/usr/bin/node", "-e", "console.log(1)"});
+    }
+    if (want("python")) PeerPerRun(o, "python3", variant("none"), {o.python, "-c", "print(1)"});
+    if (want("pyimport")) {
+      PeerPerRun(o, "python3", variant("none"),
+                 {o.python, "-c", "import json, re, math; print(json.dumps([re.sub('a', 'b', 'a'), math.floor(2.5)]))"},
+                 false);
+    }
   }
   return g_lost_jobs > 0 ? 3 : 0;
 }

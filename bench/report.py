@@ -40,6 +40,43 @@ def find(rows, system, variant=None, mode=None, command_prefix=None, inflight=No
     return None
 
 
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return None if n == 0 else (xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2)
+
+
+def cpu_sp(r):
+    """sandpool's host CPU per job of a throughput row: the daemon's tree (sandboxes included) + Redis."""
+    tree, redis = val(r, "cpu_ms_per_job_daemon_tree"), val(r, "cpu_ms_per_job_redis")
+    return None if tree is None else tree + (redis or 0)
+
+
+def paired_rounds(rows):
+    """run.sh's alternated rounds (variant paired-N): per round, (sandpool, floor, ratio) jobs/s for
+    python x8 and x64 against the warm fork and `echo` x8 against posix_spawn, and CPU per job pairs."""
+    names = sorted({r.get("variant") for r in rows if str(r.get("variant", "")).startswith("paired-")},
+                   key=lambda v: int(v.split("-", 1)[1]) if v.split("-", 1)[1].isdigit() else 0)
+    out = []
+    for v in names:
+        def per_s(r):
+            return val(r, "per_s") if r and r.get("measured", True) and not r.get("errors") and not r.get("lost") else None
+
+        def pair(mine, floor):
+            a, b = per_s(mine), per_s(floor)
+            return (a, b, a / b if a is not None and b else None)
+
+        def cpu(mine, floor):
+            return (cpu_sp(mine), val(floor, "cpu_ms_per_job_peer"))
+        py = {f: find(rows, "sandpool", v, "throughput", "code python: print", f) for f in (8, 64)}
+        wf = {f: find(rows, "python3-warm-fork", v, "throughput", inflight=f) for f in (8, 64)}
+        echo = find(rows, "sandpool", v, "throughput", "shell: echo", 8)
+        spawn = find(rows, "posix_spawn", v, "throughput", "/bin/echo")
+        out.append({"round": v.split("-", 1)[1], "py8": pair(py[8], wf[8]), "py64": pair(py[64], wf[64]),
+                    "echo8": pair(echo, spawn), "cpu_py8": cpu(py[8], wf[8]), "cpu_echo8": cpu(echo, spawn)})
+    return out
+
+
 def fmt(x, digits=2):
     if x is None:
         return "–"
@@ -105,7 +142,7 @@ def main():
     bull_tp = find(rows, "bullmq", mode="throughput")
     bw = find(rows, "bwrap", mode="per_run")
     bw_tp = find(rows, "bwrap", mode="throughput")
-    ps = find(rows, "posix_spawn", mode="per_run")
+    ps = find(rows, "posix_spawn", "none", mode="per_run")
     py_cold = find(rows, "python3", mode="per_run", command_prefix="/usr/bin/python3 -c print(1)")
     py_cold_tp = find(rows, "python3", mode="throughput", command_prefix="/usr/bin/python3 -c print(1)")
     py_cold_imp = find(rows, "python3", mode="per_run", command_prefix="/usr/bin/python3 -c import")
@@ -201,16 +238,12 @@ def main():
     w("")
     wf = {f: find(rows, "python3-warm-fork", "none", "throughput", inflight=f) for f in (8, 64)}
     wf_settled = find(rows, "python3-warm-fork", "settled", "throughput", inflight=8)
-    spawn_echo = find(rows, "posix_spawn", mode="throughput", command_prefix="/bin/echo")
+    spawn_echo = find(rows, "posix_spawn", "none", mode="throughput", command_prefix="/bin/echo")
     node_cold = find(rows, "node", mode="throughput")
     node_cold_run = find(rows, "node", mode="per_run")
     node_tp = sp("code node", mode="throughput", inflight=8)
     one = {k: find(rows, "sandpool", "isolated-1core", "throughput", c, 8)
            for k, c in (("echo", "shell: echo"), ("py", "code python: print"))}
-
-    def cpu_sp(r):
-        tree, redis = val(r, "cpu_ms_per_job_daemon_tree"), val(r, "cpu_ms_per_job_redis")
-        return None if tree is None else tree + (redis or 0)
 
     rows18 = []
 
@@ -225,6 +258,17 @@ def main():
     row("`echo` jobs/s x8 vs `posix_spawn('/bin/echo')` + wait x8", val(tp.get(("echo", 8)), "per_s"), val(spawn_echo, "per_s"), 0.6)
     row("`echo` jobs/s x8 vs Mastra LocalSandbox + bwrap x8", val(tp.get(("echo", 8)), "per_s"), val(ms_bwrap_tp, "per_s"), 5)
     row("`node -e 'console.log(1)'` jobs/s x8 vs cold `node -e` x8", val(node_tp, "per_s"), val(node_cold, "per_s"), 4)
+    pairs = paired_rounds(rows)
+    for key, label, target in (("py8", "Python `print(1)` jobs/s x8 vs warm fork x8", 0.7),
+                               ("py64", "Python `print(1)` jobs/s x64 vs warm fork x64", 0.7),
+                               ("echo8", "`echo` jobs/s x8 vs `posix_spawn('/bin/echo')` + wait x8", 0.6)):
+        got = [p[key] for p in pairs if p[key][2] is not None]
+        if not got:
+            continue
+        x = median([g[2] for g in got])
+        rows18.append(f"| {label}, **alternated** in {len(got)} rounds (median of the rounds' ratios; range "
+                      f"{fmt(min(g[2] for g in got))}-{fmt(max(g[2] for g in got))}) | {fmt(median([g[0] for g in got]))} | "
+                      f"{fmt(median([g[1] for g in got]))} jobs/s | {fmt(x)}x | >= {target}x | {verdict(x >= target)} |")
     for k, label in (("echo", "`echo`"), ("py", "Python")):
         row(f"{label} jobs/s x8 on 2 cores vs pinned to 1 core", val(tp.get((k, 8)), "per_s"), val(one[k], "per_s"), 1.8)
     for label, r, peer in (("back to back", echo_b, ms_bwrap), ("paced", echo_p, ms_bwrap)):
@@ -259,6 +303,22 @@ def main():
         mine, floor = cpu_sp(r), val(fr, "cpu_ms_per_job_peer")
         w(f"| {label} | {fmt(mine)} | {fmt(val(r, 'cpu_ms_per_job_redis'), 3)} | {floor_label} | {fmt(floor)} | {fmt(r_(mine, floor))}x |")
     w("")
+    if pairs:
+        w("The throughput ratios above, measured again with sandpool and its floor **alternated** (`paired-N` in "
+          "results.jsonl): in each round sandpool's run and the floor's follow each other, in turn first, so that "
+          "a drift of the shared machine between phases reaches both. Jobs/s, and CPU per job in ms (sandpool: "
+          "daemon tree + Redis; floor: its own processes):")
+        w("")
+        w("| round | python x8 | warm fork x8 | ratio | python x64 | warm fork x64 | ratio | `echo` x8 | posix_spawn x8 | ratio | CPU python x8 / warm fork | CPU `echo` x8 / posix_spawn |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for p in pairs:
+            cells = []
+            for key in ("py8", "py64", "echo8"):
+                mine, floor, x = p[key]
+                cells += [fmt(mine), fmt(floor), f"{fmt(x)}x"]
+            cpus = [f"{fmt(c[0])} / {fmt(c[1])} ({fmt(r_(c[0], c[1]))}x)" for c in (p["cpu_py8"], p["cpu_echo8"])]
+            w(f"| {p['round']} | " + " | ".join(cells + cpus) + " |")
+        w("")
     w("Redis per job (INFO commandstats over each throughput run; round trips = the daemon's script calls, "
       "XREADGROUPs and PUBLISHes outside a script; a read carried inside a FINISH call, which the daemon counts "
       "in `sandpool_redis_reads_carried_total`, is no round trip of its own):")

@@ -30,13 +30,14 @@ PY=/usr/bin/python3
 CMDLINE="bash bench/run.sh"; [[ $QUICK == 1 ]] && CMDLINE="BENCH_QUICK=1 $CMDLINE"
 
 # N: sequential shell/argv jobs; PY_N: sequential python code jobs; PACED_N: paced jobs per kind;
-# TP_N / PY_TP_N: jobs per throughput run (echo / python); PROF_*: jobs in the profiled runs.
+# TP_N / PY_TP_N: jobs per throughput run (echo / python); PROF_*: jobs in the profiled runs;
+# PAIR_ROUNDS: rounds of sandpool and its floors alternated (4b).
 if [[ $QUICK == 1 ]]; then
   N=150; WARMUP=20; PY_N=30; PY_WARMUP=8; PACED_N=15; TP_N=600; PY_TP_N=50; PY_FLOOR_N=100; NODE_TP_JOBS=40
-  PEER_N=50; PEER_TP_N=120; NODE_N=60; NODE_WARMUP=10; NODE_TP_N=150; PROF_N=300; PROF_PY_N=30
+  PEER_N=50; PEER_TP_N=120; NODE_N=60; NODE_WARMUP=10; NODE_TP_N=150; PROF_N=300; PROF_PY_N=30; PAIR_ROUNDS=2
 else
   N=1000; WARMUP=100; PY_N=300; PY_WARMUP=30; PACED_N=150; TP_N=1500; PY_TP_N=300; PY_FLOOR_N=600; NODE_TP_JOBS=200
-  PEER_N=300; PEER_TP_N=600; NODE_N=500; NODE_WARMUP=50; NODE_TP_N=1000; PROF_N=1500; PROF_PY_N=150
+  PEER_N=300; PEER_TP_N=600; NODE_N=500; NODE_WARMUP=50; NODE_TP_N=1000; PROF_N=1500; PROF_PY_N=150; PAIR_ROUNDS=4
 fi
 IDLE_MS=15000   # no event for this long while jobs are pending: the bench reports them as lost
 
@@ -305,6 +306,28 @@ DEAD_LEN=$("${RCLI[@]}" xlen sandpool:dead 2>&1 || true)
 log "peers: bwrap, posix_spawn, python3 print(1) / imports (N=$PEER_N, and x8 M=$PEER_TP_N)"
 run_bench --modes peers --peer-n "$PEER_N" --peer-inflight 8 --peer-tp-n "$PEER_TP_N"
 
+# ---- 4b. the floors of issue 18's throughput ratios again, alternated with sandpool ------------
+# The phases above are minutes apart, and this machine is shared: a ratio of two phases moves with
+# whatever else ran in between (python against the warm fork read 0.51x and 0.77x at 64 in flight
+# in two runs of one code). Here sandpool and its floor follow each other PAIR_ROUNDS times, each
+# first in turn; report.py gives the median of the rounds' ratios beside the sequential figures.
+if [[ -z $WEDGED ]]; then
+  log "alternated rounds ($PAIR_ROUNDS): python x8,x64 vs the warm fork, echo x8 vs posix_spawn"
+  # Each of the four runs of round $r, variant $v.
+  py_sp() { run_bench --modes throughput --tp-kinds py --tp-n "$PY_TP_N" --warmup "$PY_WARMUP" --inflight 8,64 --variant "$v"; }
+  py_floor() {
+    "$PY" "$BENCH_DIR/peers/warm_fork.py" --n "$PY_FLOOR_N" --inflight 8,64 --variant "$v" >> "$RESULTS" 2>> "$OUT/bench.log" \
+      || log "warm_fork.py failed in round $r (bench/out/bench.log)"
+  }
+  echo_sp() { run_bench --modes throughput --tp-kinds echo --tp-n "$TP_N" --warmup "$WARMUP" --inflight 8 --variant "$v"; }
+  echo_floor() { run_bench --modes peers --peers echo --peer-variant "$v" --peer-n 20 --peer-inflight 8 --peer-tp-n "$PEER_TP_N"; }
+  for r in $(seq "$PAIR_ROUNDS"); do
+    [[ -n $WEDGED ]] && break
+    v=paired-$r
+    if (( r % 2 )); then py_sp; py_floor; echo_sp; echo_floor; else py_floor; py_sp; echo_floor; echo_sp; fi
+  done
+fi
+
 # ---- 5. node peers -----------------------------------------------------------------------------
 MASTRA_CMD="executeCommand('echo', ['hi'])"
 BULL_CMD="execFile('/bin/echo', ['hi'])"
@@ -360,7 +383,7 @@ log "writing bench/RESULTS.md (run took ${ELAPSED}s)"
   --meta "nproc=$(nproc)" --meta "kernel=$(uname -r)" \
   --meta "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
   --meta "load_start=$LOAD_START" --meta "load_end=$LOAD_END" --meta "elapsed_s=$ELAPSED" \
-  --meta "sizes=N=$N (python $PY_N, paced $PACED_N) warmup=$WARMUP M=$TP_N (python $PY_TP_N) peer_N=$PEER_N peer_M=$PEER_TP_N node_N=$NODE_N node_M=$NODE_TP_N profiled=$PROF_N+$PROF_PY_N" \
+  --meta "sizes=N=$N (python $PY_N, paced $PACED_N) warmup=$WARMUP M=$TP_N (python $PY_TP_N) peer_N=$PEER_N peer_M=$PEER_TP_N node_N=$NODE_N node_M=$NODE_TP_N profiled=$PROF_N+$PROF_PY_N alternated_rounds=$PAIR_ROUNDS" \
   --meta "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
   --meta "dirty=$(git -C "$ROOT" status --porcelain 2>/dev/null | awk '{print $2}' |
                   grep -Ev '^bench/(RESULTS|out/|soak\.svg$|fuzz-results\.md$)' | paste -sd' ')" \

@@ -1,14 +1,15 @@
 """The floor for a warm Python job (issue 18): a warm python3, no sandbox, no queue, that forks a
 child per snippet; the child compiles and runs it (stdout to /dev/null) and ends with os._exit.
-The parent preloads the modules sandpool's python template preloads, turns the collector off and
-freezes its heap first (gc.freeze), which is the best a fork server does here
-(shared/reference/floor-pieces.md, variant 2b). K children are kept in flight until N are done.
+The parent preloads the modules sandpool's python template preloads (the zygote's own preload,
+run from worker/runners/zygote.cc), turns the collector off and freezes its heap first
+(gc.freeze), which is the best a fork server does here (shared/reference/floor-pieces.md,
+variant 2b). K children are kept in flight until N are done.
 
 Prints one JSON line per in-flight count, in sandpool_bench's shape (system python3-warm-fork):
 jobs/s, latency percentiles (fork to reaped) and the CPU per job of the parent and its children
 (rusage), the figure sandpool's CPU per job is held against.
 
-  /usr/bin/python3 bench/peers/warm_fork.py --n 600 --inflight 8,64 [--code 'print(1)']
+  /usr/bin/python3 bench/peers/warm_fork.py --n 600 --inflight 8,64 [--code 'print(1)'] [--variant V]
 """
 
 import argparse
@@ -19,9 +20,21 @@ import resource
 import sys
 import time
 
-# What sandpool's python template preloads (worker/runners/zygote.cc), so the child's work is the same.
-import errno, json as _j, types, traceback  # noqa: E401,F401
-import re, math, collections, itertools, functools, datetime, random, string, io, struct, base64  # noqa: E401,F401
+ZYGOTE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "worker", "runners", "zygote.cc")
+
+
+def preload():
+    """Imports what sandpool's python template preloads, so that the child's work is the same: the
+    zygote's own `_sandpool_preload` (worker/runners/zygote.cc, kPythonZygote), run from its source
+    rather than a list of the same modules kept here a second time."""
+    with open(ZYGOTE_SOURCE, encoding="utf-8") as f:
+        script = f.read().split('kPythonZygote = R"py(', 1)[1].split(')py";', 1)[0]
+    defs, found, _ = script.rpartition("\n_sandpool_preload()\n")
+    if not found:
+        sys.exit(f"warm_fork.py: no _sandpool_preload() call in {ZYGOTE_SOURCE}'s python zygote")
+    zygote = {"__name__": "sandpool_zygote"}
+    exec(compile(defs, "zygote.cc:kPythonZygote", "exec"), zygote)
+    zygote["_sandpool_preload"]()
 
 
 def cpu_us():
@@ -44,7 +57,7 @@ def snippet(code):
     sys.stdout.flush()
 
 
-def run(code, n, k, settle):
+def run(code, n, k, settle, variant):
     devnull = os.open("/dev/null", os.O_WRONLY)
     running = {}
     samples = []
@@ -73,7 +86,7 @@ def run(code, n, k, settle):
         finished += 1
     wall, cpu = time.monotonic() - t0, cpu_us() - c0
     os.close(devnull)
-    return {"system": "python3-warm-fork", "variant": "settled" if settle else "none", "settle": settle, "mode": "throughput",
+    return {"system": "python3-warm-fork", "variant": variant, "settle": settle, "mode": "throughput",
             "command": code, "measured": True, "inflight": k, "n": finished, "errors": errors, "lost": 0,
             "p50_ms": pct(samples, 50), "p90_ms": pct(samples, 90), "p99_ms": pct(samples, 99),
             "max_ms": pct(samples, 100), "wall_s": wall, "per_s": finished / wall,
@@ -91,7 +104,11 @@ def main():
                          "times in the parent first, as sandpool's python mother does with a job's path "
                          "(worker/runners/zygote.cc): the code the children run no longer writes into itself. "
                          "0 (the default) is the floor as issue 18 states it")
+    ap.add_argument("--variant", default=None,
+                    help="the variant the lines carry (default: none, or settled with --settle; run.sh's "
+                         "alternated rounds: paired-N)")
     a = ap.parse_args()
+    preload()
     gc.disable()
     if a.settle:
         devnull, saved = os.open("/dev/null", os.O_WRONLY), os.dup(1)
@@ -104,9 +121,10 @@ def main():
         os.close(devnull)
     gc.collect()
     gc.freeze()
+    variant = a.variant or ("settled" if a.settle else "none")
     for k in (int(x) for x in a.inflight.split(",")):
-        run(a.code, a.warmup, k, a.settle)
-        m = run(a.code, a.n, k, a.settle)
+        run(a.code, a.warmup, k, a.settle, variant)
+        m = run(a.code, a.n, k, a.settle, variant)
         print(json.dumps(m), flush=True)
         print(f"python3-warm-fork throughput [{a.code}] x{k}  n={m['n']}  p50 {m['p50_ms']:.3f} ms  "
               f"{m['per_s']:.1f} /s  cpu {m['cpu_ms_per_job_peer']:.3f} ms/job", file=sys.stderr)
