@@ -109,6 +109,14 @@ def main():
                          "alternated rounds: paired-N)")
     a = ap.parse_args()
     preload()
+    # The compiler's one-time set-up done here, in the parent, as in any fork server that has
+    # compiled anything (sandpool's mother compiles the zygote and her rehearsals): CPython 3.11
+    # makes its AST types on the first compile() of a process (PyAST_Check, init_types), ~170 pages
+    # written. A parent that had only imported (marshal, no compiler) left that to every child: it
+    # cost the child 244 faults in compile() instead of 81, and the floor 3.8 ms of CPU a job
+    # instead of 2.0 (bench/analysis.md, 2026-11-29 midday). preload() compiles the zygote's
+    # script; this says so, whatever preload() becomes.
+    compile("pass", "<warm_fork>", "exec")
     gc.disable()
     if a.settle:
         devnull, saved = os.open("/dev/null", os.O_WRONLY), os.dup(1)

@@ -131,8 +131,8 @@ def _sandpool_mother():
     # Copy-on-write discipline: every job's process shares this heap, and each page a job
     # writes is copied for it. The interpreter writes into code it runs until that code has
     # settled (3.11 quickens and specializes a function's bytecode in place, and fills its
-    # caches), so the mother runs each job's own path first, until it has: a job's process then
-    # writes ~160 fewer pages (its rehearsal took ~240 faults, now ~75). No collection from here
+    # caches), so the mother runs each job's own path first, until it has: that path then writes
+    # ~160 fewer pages in a job's process (~240 faults before, ~75). No collection from here
     # on touches the mother's objects (frozen), and the job's process turns collection back on
     # for its own. The mother's own loop (the keeper's config, then a sandbox per message) is
     # the library's, in C, and writes next to nothing of this heap between two jobs.
@@ -156,11 +156,16 @@ def _sandpool_mother():
     _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
     _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)
-def _sandpool_zygote():
+def _sandpool_zygote(rehearse):
     os.set_inheritable(3, False)
-    # The rehearsal, while the sandbox waits: the pages it writes are copied from the mother's
-    # now, not on the job's path.
-    _sandpool_rehearse()
+    # A zygote that exec'd its own interpreter rehearses the job's path while the sandbox waits
+    # (its first compile sets the compiler up: ~170 pages). A nursery job's process does not: the
+    # mother settled that path, and what a rehearsal would copy here the job copies itself (~75
+    # faults), while the rehearsal's own compile and run were CPU every job paid (measured without
+    # it, alternated 4x: 3% more jobs/s at 8 in flight, 0.29 MiB less PSS a sandbox, p50 paced
+    # +0.09 ms and back to back -0.4 ms; bench/analysis.md, 2026-11-29 midday).
+    if rehearse:
+        _sandpool_rehearse()
     gc.collect()
     gc.freeze()
     os.write(3, b"R")
@@ -239,8 +244,10 @@ def _sandpool_zygote():
     os._exit(status)
 _sandpool_preload()
 if sys.argv[1:] == ["mother"]:
-    _sandpool_mother()
-_sandpool_zygote()
+    _sandpool_mother()  # returns in each job's process
+    _sandpool_zygote(False)
+else:
+    _sandpool_zygote(True)
 )py";
 
 constexpr const char* kNodeZygote = R"js(
