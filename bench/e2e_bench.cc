@@ -62,6 +62,9 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Options
 
+// The peers sandpool_bench can run (--peers), in the order it runs them.
+const std::vector<std::string> kPeerNames = {"bwrap", "true", "echo", "node", "python", "pyimport"};
+
 struct Options {
   std::string redis;
   std::string prefix = "sandpool";
@@ -80,7 +83,7 @@ struct Options {
   int peer_tp_n = 600;       // runs for the peer throughput measurement
   // Which peers run (--peers): bwrap, true, echo, node, python, pyimport; and the variant their
   // lines carry instead of each peer's own (--peer-variant; run.sh's alternated rounds: paired-N).
-  std::vector<std::string> peers = {"bwrap", "true", "echo", "node", "python", "pyimport"};
+  std::vector<std::string> peers = kPeerNames;
   std::string peer_variant;
   int idle_timeout_ms = 30000;  // no event for this long while jobs are pending: report as lost
   pid_t daemon_pid = 0;      // for CPU accounting (0: skip)
@@ -157,8 +160,8 @@ Options ParseOptions(int argc, char** argv) {
     else if (a == "--peers") {
       o.peers = Split(next(), ',');
       for (const auto& p : o.peers) {
-        if (p != "bwrap" && p != "true" && p != "echo" && p != "node" && p != "python" && p != "pyimport") {
-          Usage(("unknown peer " + p + " (bwrap, true, echo, node, python, pyimport)").c_str());
+        if (std::find(kPeerNames.begin(), kPeerNames.end(), p) == kPeerNames.end()) {
+          Usage(("unknown peer " + p + " (see --peers in the usage)").c_str());
         }
       }
     } else if (a == "--peer-variant") o.peer_variant = next();
