@@ -57,17 +57,18 @@ def paired_rounds(rows):
     python x8 and x64 against the warm fork and `echo` x8 against posix_spawn, and CPU per job pairs."""
     names = sorted({r.get("variant") for r in rows if str(r.get("variant", "")).startswith("paired-")},
                    key=lambda v: int(v.split("-", 1)[1]) if v.split("-", 1)[1].isdigit() else 0)
+    def per_s(r):
+        return val(r, "per_s") if r and r.get("measured", True) and not r.get("errors") and not r.get("lost") else None
+
+    def pair(mine, floor):
+        a, b = per_s(mine), per_s(floor)
+        return (a, b, a / b if a is not None and b else None)
+
+    def cpu(mine, floor):
+        return (cpu_sp(mine), val(floor, "cpu_ms_per_job_peer"))
+
     out = []
     for v in names:
-        def per_s(r):
-            return val(r, "per_s") if r and r.get("measured", True) and not r.get("errors") and not r.get("lost") else None
-
-        def pair(mine, floor):
-            a, b = per_s(mine), per_s(floor)
-            return (a, b, a / b if a is not None and b else None)
-
-        def cpu(mine, floor):
-            return (cpu_sp(mine), val(floor, "cpu_ms_per_job_peer"))
         py = {f: find(rows, "sandpool", v, "throughput", "code python: print", f) for f in (8, 64)}
         wf = {f: find(rows, "python3-warm-fork", v, "throughput", inflight=f) for f in (8, 64)}
         echo = find(rows, "sandpool", v, "throughput", "shell: echo", 8)

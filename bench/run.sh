@@ -256,14 +256,19 @@ if [[ -z $WEDGED ]]; then
 fi
 
 # ---- 3c. the floor of a warm Python job: a warm python3 forking a child per snippet ------------
+# warm_fork VARIANT ARGS...: bench/peers/warm_fork.py with ARGS (its lines carry VARIANT, or say
+# "not measured" under it if the script fails).
+warm_fork() {
+  local variant=$1; shift
+  "$PY" "$BENCH_DIR/peers/warm_fork.py" --n "$PY_FLOOR_N" "$@" >> "$RESULTS" 2> >(tee -a "$OUT/bench.log" >&2) \
+    || not_measured python3-warm-fork "$variant" throughput "print(1)" "bench/peers/warm_fork.py $* failed (bench/out/bench.log)"
+}
 log "floor: warm python3 forking a child per print(1), x8 and x64 (N=$PY_FLOOR_N)"
-"$PY" "$BENCH_DIR/peers/warm_fork.py" --n "$PY_FLOOR_N" --inflight 8,64 >> "$RESULTS" 2> >(tee -a "$OUT/bench.log" >&2) \
-  || not_measured python3-warm-fork none throughput "print(1)" "bench/peers/warm_fork.py failed (bench/out/bench.log)"
+warm_fork none --inflight 8,64
 # The same fork server with its children's path settled in the parent first, as sandpool's python
 # mother settles a job's (worker/runners/zygote.cc): reported beside the floor, not instead.
 log "floor, settled: the same, its parent having run the snippet's path 30 times first, x8"
-"$PY" "$BENCH_DIR/peers/warm_fork.py" --n "$PY_FLOOR_N" --inflight 8 --settle 30 >> "$RESULTS" 2> >(tee -a "$OUT/bench.log" >&2) \
-  || not_measured python3-warm-fork settled throughput "print(1)" "bench/peers/warm_fork.py --settle failed (bench/out/bench.log)"
+warm_fork settled --inflight 8 --settle 30
 
 # ---- 4. CPU profiles (perf, software clock, whole machine, call graphs) --------------------------
 # Two profiled runs: echo x8 throughput, and python print(1) x8 throughput.
@@ -315,10 +320,7 @@ if [[ -z $WEDGED ]]; then
   log "alternated rounds ($PAIR_ROUNDS): python x8,x64 vs the warm fork, echo x8 vs posix_spawn"
   # Each of the four runs of round $r, variant $v.
   py_sp() { run_bench --modes throughput --tp-kinds py --tp-n "$PY_TP_N" --warmup "$PY_WARMUP" --inflight 8,64 --variant "$v"; }
-  py_floor() {
-    "$PY" "$BENCH_DIR/peers/warm_fork.py" --n "$PY_FLOOR_N" --inflight 8,64 --variant "$v" >> "$RESULTS" 2>> "$OUT/bench.log" \
-      || log "warm_fork.py failed in round $r (bench/out/bench.log)"
-  }
+  py_floor() { warm_fork "$v" --inflight 8,64 --variant "$v"; }
   echo_sp() { run_bench --modes throughput --tp-kinds echo --tp-n "$TP_N" --warmup "$WARMUP" --inflight 8 --variant "$v"; }
   echo_floor() { run_bench --modes peers --peers echo --peer-variant "$v" --peer-n 20 --peer-inflight 8 --peer-tp-n "$PEER_TP_N"; }
   for r in $(seq "$PAIR_ROUNDS"); do
