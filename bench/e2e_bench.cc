@@ -15,7 +15,7 @@
 // throughput: K jobs kept in flight until M jobs are done; jobs/s, latency percentiles and CPU
 //             per job (the daemon's process tree, Redis, this client, the whole host).
 // peers:      bwrap / posix_spawn(/bin/true) / /usr/bin/python3 -c 'print(1)' (and the import job's
-//             code), N runs each.
+//             code), N runs each, with a job's default environment (PeerEnvironment).
 // Job kinds (--kinds for latency, --tp-kinds for throughput): echo (shell `echo hi`), true (argv
 // /bin/true), py (code `print(1)`, runtime python), pyimport (code importing json, re, math).
 // --template NAME sends the echo and true jobs to that template (the job map's `template`); without
@@ -48,13 +48,12 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/job_env.h"
 #include "common/status.h"
 #include "queue/keys.h"
 #include "queue/protocol.h"
 #include "queue/redis_sync.h"
 #include "queue/redis_url.h"
-
-extern char** environ;
 
 namespace sandpool::bench {
 namespace {
@@ -93,6 +92,7 @@ struct Options {
   std::string python = "/usr/bin/python3";
   std::string template_name;  // echo/true jobs: the job map's `template` (empty: none sent)
   std::string metrics_url;    // the daemon's /metrics (its carried reads: AddRedisCalls)
+  bool print_job_env = false;  // --job-env: print PeerEnvironment() and exit
 };
 
 std::vector<std::string> Split(std::string_view s, char sep) {
@@ -116,7 +116,8 @@ std::vector<std::string> Split(std::string_view s, char sep) {
                "  [--peers bwrap,true,echo,node,python,pyimport] [--peer-variant V]\n"
                "  [--idle-timeout-ms MS] [--daemon-pid PID] [--sandbox-cgroup DIR] [--redis-pid PID] [--template NAME]\n"
                "  [--metrics-url http://HOST:PORT/metrics]\n"
-               "  [--bwrap PATH] [--python PATH]\n");
+               "  [--bwrap PATH] [--python PATH]\n"
+               "  sandpool_bench --job-env: print the environment the peers run with, one NAME=value a line\n");
   std::exit(2);
 }
 
@@ -175,6 +176,7 @@ Options ParseOptions(int argc, char** argv) {
       o.template_name = next();
       if (!ValidTemplateName(o.template_name)) Usage(("bad template name " + o.template_name).c_str());
     }
+    else if (a == "--job-env") o.print_job_env = true;
     else if (a == "--help" || a == "-h") Usage(nullptr);
     else Usage(("unknown option " + a).c_str());
   }
@@ -957,6 +959,16 @@ void Throughput(Client& c, const Options& o, const JobKind& kind, int k) {
 // ---------------------------------------------------------------------------------------------
 // Peers: processes timed from posix_spawn to waitpid.
 
+// The peers run with the environment a sandboxed job gets when it asks for none
+// (common/job_env.h), not with this process's own: the host's variables change what a cold
+// interpreter does at start (NODE_EXTRA_CA_CERTS makes every `node` parse a CA bundle, ~35 ms of
+// ~70 on this machine; PYTHONUNBUFFERED splits python's writes), and a sandbox never sees them.
+// run.sh runs its other peers (warm_fork.py) under the same list (--job-env).
+const std::vector<std::string>& PeerEnvironment() {
+  static const std::vector<std::string> env = JobEnvironment({}, {});
+  return env;
+}
+
 pid_t Spawn(const std::vector<std::string>& argv, bool quiet_stderr) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -966,8 +978,11 @@ pid_t Spawn(const std::vector<std::string>& argv, bool quiet_stderr) {
   std::vector<char*> av;
   for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
   av.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : PeerEnvironment()) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), environ);
+  int rc = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     errno = rc;
@@ -1073,6 +1088,10 @@ void PeerPerRun(const Options& o, const std::string& system, const std::string& 
 
 int Main(int argc, char** argv) {
   Options o = ParseOptions(argc, argv);
+  if (o.print_job_env) {
+    for (const auto& e : PeerEnvironment()) std::printf("%s\n", e.c_str());
+    return 0;
+  }
   signal(SIGPIPE, SIG_IGN);
   bool need_redis = HasMode(o, "latency") || HasMode(o, "throughput");
   if (need_redis && o.redis.empty()) Usage("--redis is required for latency/throughput");

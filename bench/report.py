@@ -492,6 +492,9 @@ def main():
     w("- `bwrap`: `/usr/bin/bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc /bin/true` "
       "(as root, so `--unshare-all` includes a user namespace), stdin/stdout to /dev/null, timed by "
       "`sandpool_bench` from `posix_spawn` to `waitpid`.")
+    w("- Every peer process (and `warm_fork.py`, and LocalSandbox's) runs with the environment a sandbox job "
+      "gets by default (`sandpool_bench --job-env`: PATH, HOME, LANG), not the bench shell's: a host variable "
+      "such as `NODE_EXTRA_CA_CERTS` makes each cold `node` parse a CA bundle that no sandbox sees.")
     w("- `posix_spawn`: `/bin/true`, no isolation, same timing.")
     w("- `python3`: `/usr/bin/python3 -c 'print(1)'` and `-c` of the import job's code (the system python, "
       "not the pyenv shim), same timing.")

@@ -70,6 +70,10 @@ fi
 cmake --build "$BUILD" -j2 --target sandpoold sandpool_bench >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log" >&2; die "build failed"; }
 DAEMON_BIN=$BUILD/bin/sandpoold
 BENCH_BIN=$BUILD/bin/sandpool_bench
+# The peers run with the environment a sandboxed job gets by default, not this shell's (the host's
+# variables change what a cold interpreter does at start: see PeerEnvironment in e2e_bench.cc).
+mapfile -t PEER_ENV < <("$BENCH_BIN" --job-env)
+[[ ${#PEER_ENV[@]} -gt 0 ]] || die "sandpool_bench --job-env printed nothing"
 
 # ---- node peers --------------------------------------------------------------------------------
 NODE_SKIP=""
@@ -260,7 +264,7 @@ fi
 # "not measured" under it if the script fails).
 warm_fork() {
   local variant=$1; shift
-  "$PY" "$BENCH_DIR/peers/warm_fork.py" --n "$PY_FLOOR_N" "$@" >> "$RESULTS" 2> >(tee -a "$OUT/bench.log" >&2) \
+  env -i "${PEER_ENV[@]}" "$PY" "$BENCH_DIR/peers/warm_fork.py" --n "$PY_FLOOR_N" "$@" >> "$RESULTS" 2> >(tee -a "$OUT/bench.log" >&2) \
     || not_measured python3-warm-fork "$variant" throughput "print(1)" "bench/peers/warm_fork.py $* failed (bench/out/bench.log)"
 }
 log "floor: warm python3 forking a child per print(1), x8 and x64 (N=$PY_FLOOR_N)"
@@ -338,7 +342,7 @@ if [[ -n $NODE_SKIP ]]; then
   not_measured bullmq none latency "$BULL_CMD" "$NODE_SKIP"
 else
   log "peers: Mastra LocalSandbox none / bwrap (N=$NODE_N, x8 M=$NODE_TP_N; python N=$PY_N)"
-  if ! (cd "$BENCH_DIR/peers" && timeout 300 node mastra.mjs --n "$NODE_N" --py-n "$PY_N" --warmup "$NODE_WARMUP" --tp-n "$NODE_TP_N" --inflight 8) \
+  if ! (cd "$BENCH_DIR/peers" && env -i "${PEER_ENV[@]}" timeout 300 node mastra.mjs --n "$NODE_N" --py-n "$PY_N" --warmup "$NODE_WARMUP" --tp-n "$NODE_TP_N" --inflight 8) \
       >> "$RESULTS" 2> >(grep -v -e ExperimentalWarning -e 'node --trace-warnings' | tee -a "$OUT/bench.log" >&2); then
     not_measured mastra-localsandbox any latency "$MASTRA_CMD" "node mastra.mjs failed (bench/out/bench.log)"
   fi
