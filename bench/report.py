@@ -240,6 +240,7 @@ def main():
     wf = {f: find(rows, "python3-warm-fork", "none", "throughput", inflight=f) for f in (8, 64)}
     wf_settled = find(rows, "python3-warm-fork", "settled", "throughput", inflight=8)
     spawn_echo = find(rows, "posix_spawn", "none", mode="throughput", command_prefix="/bin/echo")
+    spawn_echo_1core = find(rows, "posix_spawn", "1core", mode="throughput", command_prefix="/bin/echo")
     node_cold = find(rows, "node", mode="throughput")
     node_cold_run = find(rows, "node", mode="per_run")
     node_tp = sp("code node", mode="throughput", inflight=8)
@@ -272,6 +273,10 @@ def main():
                       f"{fmt(median([g[1] for g in got]))} jobs/s | {fmt(x)}x | >= {target}x | {verdict(x >= target)} |")
     for k, label in (("echo", "`echo`"), ("py", "Python")):
         row(f"{label} jobs/s x8 on 2 cores vs pinned to 1 core", val(tp.get((k, 8)), "per_s"), val(one[k], "per_s"), 1.8)
+    own = r_(val(spawn_echo, "per_s"), val(spawn_echo_1core, "per_s"))
+    rows18.append(f"| the machine's own: `posix_spawn('/bin/echo')` x8 on 2 cores vs pinned to 1 core (no sandpool; "
+                  f"what the two rows above can reach here) | {fmt(val(spawn_echo, 'per_s'))} | "
+                  f"{fmt(val(spawn_echo_1core, 'per_s'))} jobs/s | {fmt(own)}x | (reported) | – |")
     for label, r, peer in (("back to back", echo_b, ms_bwrap), ("paced", echo_p, ms_bwrap)):
         row(f"`echo` p50 ({label}) vs LocalSandbox + bwrap p50", val(r, "p50_ms"), val(peer, "p50_ms"), 0.30, False, "ms")
     for label, r in (("back to back", py_b), ("paced", py_p)):
