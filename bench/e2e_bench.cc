@@ -969,6 +969,17 @@ const std::vector<std::string>& PeerEnvironment() {
   return env;
 }
 
+// PeerEnvironment as posix_spawn's envp, made once (Spawn runs inside the timed loops).
+char* const* PeerEnvp() {
+  static const std::vector<char*> envp = [] {
+    std::vector<char*> v;
+    for (const auto& e : PeerEnvironment()) v.push_back(const_cast<char*>(e.c_str()));
+    v.push_back(nullptr);
+    return v;
+  }();
+  return envp.data();
+}
+
 pid_t Spawn(const std::vector<std::string>& argv, bool quiet_stderr) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -978,11 +989,8 @@ pid_t Spawn(const std::vector<std::string>& argv, bool quiet_stderr) {
   std::vector<char*> av;
   for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
   av.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& e : PeerEnvironment()) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), envp.data());
+  int rc = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), PeerEnvp());
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     errno = rc;
