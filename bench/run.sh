@@ -244,6 +244,13 @@ tree_pids() {  # root pid: it and every descendant
   local root=$1
   ps -e -o pid=,ppid= | awk -v r="$root" '{ p[$1] = $2 } END { for (x in p) { y = x; while (y != "" && y != 1 && y != 0) { if (y == r) { print x; break } y = p[y] } } }'
 }
+# run_bench with sandpool_bench (and what it spawns) pinned to CPU 0.
+run_bench_cpu0() {
+  local saved=$BENCH_BIN
+  BENCH_BIN="taskset -c 0 $saved"
+  run_bench "$@"
+  BENCH_BIN=$saved
+}
 pin_all() {  # cpu list
   local pid
   for pid in $(tree_pids "$DAEMON_PID") "$REDIS_PID"; do taskset -a -p -c "$1" "$pid" > /dev/null 2>&1 || true; done
@@ -251,11 +258,8 @@ pin_all() {  # cpu list
 if [[ -z $WEDGED ]]; then
   log "sandpool: throughput on one core (taskset -c 0): echo x8, python x8"
   pin_all 0
-  BENCH_BIN_SAVED=$BENCH_BIN
-  BENCH_BIN="taskset -c 0 $BENCH_BIN_SAVED"
-  run_bench --modes throughput --tp-kinds echo --tp-n "$TP_N" --warmup "$WARMUP" --inflight 8 --variant isolated-1core
-  [[ -z $WEDGED ]] && run_bench --modes throughput --tp-kinds py --tp-n "$PY_TP_N" --warmup "$PY_WARMUP" --inflight 8 --variant isolated-1core
-  BENCH_BIN=$BENCH_BIN_SAVED
+  run_bench_cpu0 --modes throughput --tp-kinds echo --tp-n "$TP_N" --warmup "$WARMUP" --inflight 8 --variant isolated-1core
+  [[ -z $WEDGED ]] && run_bench_cpu0 --modes throughput --tp-kinds py --tp-n "$PY_TP_N" --warmup "$PY_WARMUP" --inflight 8 --variant isolated-1core
   pin_all "0-$(( $(nproc) - 1 ))"
 fi
 
@@ -318,10 +322,7 @@ run_bench --modes peers --peer-n "$PEER_N" --peer-inflight 8 --peer-tp-n "$PEER_
 # children pinned to CPU 0 (variant 1core). Two vCPUs need not give twice one's work: on some of
 # these machines two processes at once each take about twice the CPU time one alone does.
 log "peers: posix_spawn /bin/echo x8 on one core (taskset -c 0), the machine's own 2-core scaling"
-BENCH_BIN_SAVED=$BENCH_BIN
-BENCH_BIN="taskset -c 0 $BENCH_BIN_SAVED"
-run_bench --modes peers --peers echo --peer-variant 1core --peer-n 20 --peer-inflight 8 --peer-tp-n "$PEER_TP_N"
-BENCH_BIN=$BENCH_BIN_SAVED
+run_bench_cpu0 --modes peers --peers echo --peer-variant 1core --peer-n 20 --peer-inflight 8 --peer-tp-n "$PEER_TP_N"
 
 # ---- 4b. the floors of issue 18's throughput ratios again, alternated with sandpool ------------
 # The phases above are minutes apart, and this machine is shared: a ratio of two phases moves with
