@@ -107,10 +107,12 @@ def test_shell_lines_get_a_clean_process_even_when_the_shell_factory_is_killed(d
             assert r.ok and r.stdout == f"{tag}{i}\n0 1 2 3 ".encode(), r
     check("a")
     # The agent is pid 1; its factory is the other long-lived process of the daemon's binary
-    # (a shell being started may show that name too, until its exec), root of the sandbox,
-    # which is what a shell line with as_root may kill.
+    # (a shell being started may show that name too, until its exec), root of the sandbox, or,
+    # where the nursery library applies, the shell mother it became (sandpool-shells, the
+    # session's user); a shell line with as_root may kill either.
     killed = s.exec(shell="read a < /proc/1/comm; for p in /proc/[0-9]*; do n=${p#/proc/}; [ $n = 1 ] && continue; "
-                          "read c < $p/comm 2>/dev/null && [ \"$c\" = \"$a\" ] && kill -9 $n && echo $n; done; true",
+                          "read c < $p/comm 2>/dev/null && { [ \"$c\" = \"$a\" ] || [ \"$c\" = sandpool-shells ]; } "
+                          "&& kill -9 $n && echo $n; done; true",
                     as_root=True)
     assert killed.ok and killed.stdout and all(p.isdigit() for p in killed.stdout.split()), killed
     # The killed processes are gone (reaped by the agent, so it knows).

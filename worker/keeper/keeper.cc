@@ -477,8 +477,10 @@ void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
   ::signal(SIGPIPE, SIG_IGN);
   Channel ch(std::move(channel));
   SlotCgroup cgroup;
-  // Opened while the host's file system is still ours (SetUpKeeper pivots into the base root).
-  UniqueFd nursery_lib = !args.session && NurseryApplies(args.config) ? OpenNurseryLibrary() : UniqueFd();
+  // Opened while the host's file system is still ours (SetUpKeeper pivots into the base root):
+  // for a template's nursery mother, or a session's shell mother.
+  const bool nursery = args.session ? SessionShellMotherApplies(args.config) : NurseryApplies(args.config);
+  UniqueFd nursery_lib = nursery ? OpenNurseryLibrary() : UniqueFd();
   UniqueFd loop_control;
   Status s = SetUpKeeper(args, &cgroup, &loop_control);
   if (!s.ok()) {
@@ -492,7 +494,10 @@ void KeeperMain(const KeeperArgs& args, UniqueFd channel) {
     (void)ch.Send(static_cast<uint16_t>(MsgType::kFailed), Encode(FailedMsg{seccomp.status().message()}));
     ::_exit(1);
   }
-  if (args.session) SessionKeeperMain(args.config, args.slot, std::move(ch), std::move(cgroup), std::move(seccomp.value()), std::move(loop_control));
+  if (args.session) {
+    SessionKeeperMain(args.config, args.slot, std::move(ch), std::move(cgroup), std::move(seccomp.value()),
+                      std::move(loop_control), std::move(nursery_lib));
+  }
   // Decided here, once: the slot's sandboxes come from a mother (nursery.h), or each is made alone.
   std::optional<NurserySeccomp> nursery_seccomp;
   if (nursery_lib) {

@@ -46,6 +46,10 @@ bool NurseryApplies(const SandboxConfig& config) {
          !config.layer_writable;
 }
 
+bool SessionShellMotherApplies(const SandboxConfig& config) {
+  return !SANDPOOL_ASAN && config.root_dir.empty();
+}
+
 std::vector<std::string> NurseryMotherCommand(const RuntimeInfo& r) {
   std::vector<std::string> command = ZygoteCommand(r);
   if (!r.shell) command.push_back("mother");  // python's zygote, in its mother mode

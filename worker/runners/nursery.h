@@ -67,6 +67,10 @@ UniqueFd OpenNurseryLibrary();
 // build without AddressSanitizer (whose inits share the mother's memory on stacks of their own,
 // which it cannot follow; sanitizer builds do not build the library either).
 bool NurseryApplies(const SandboxConfig& config);
+// Whether a session of `config` can have its warm shells from a shell mother (the library
+// preloaded into the session's shell; session_shell_mother.h): on the host's root (whose libc
+// the library links), in a build that has the library.
+bool SessionShellMotherApplies(const SandboxConfig& config);
 
 // The command line a mother's sandbox execs (PrepareSandbox's `command`, with the library): the
 // template's zygote (zygote.h), python's in its mother mode; a shell's as it is, which the

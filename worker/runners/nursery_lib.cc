@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "worker/runners/nursery_mother.h"
+#include "worker/runners/session_shell_mother.h"
 #include "worker/runners/zygote.h"
 #include "worker/sandbox/sandbox_init.h"
 
@@ -68,20 +69,25 @@ void EndShownEnvironment(char* end) {
   (void)::prctl(PR_SET_MM, PR_SET_MM_MAP, &map, sizeof map, 0);
 }
 
-// A shell template's mother: the warm shell, started as ZygoteCommand says with the loader's
-// variables (kNurseryPreloadEnv, kNurseryBindNowEnv; sandbox_init.cc, LaunchStub) and her fds 3
-// (the socket to the keeper) and 4 (this library). This runs before the shell's main, and in
-// the mother it never returns: she serves sandbox after sandbox (NurseryServe) and exits when
-// the keeper has gone. It returns in each job's process, confined and with its script pipe,
-// into the shell's start: the job's shell then starts as the one the stub would have exec'd,
-// without the exec, the loading and the relocations (the mother did them, once per slot). The
-// mother's shell never reads a script: her main never runs.
+// A shell mother: the warm shell, started with the loader's variables (kNurseryPreloadEnv,
+// kNurseryBindNowEnv) and her fds 3 (her socket) and 4 (this library). This runs before the
+// shell's main, and in the mother it never returns; it returns in each of her clones, into the
+// shell's start: that shell then starts as an exec'd one would, without the exec, the loading
+// and the relocations (the mother did them, once). The mother's shell never reads a script: her
+// main never runs. Two kinds, told apart by the command line:
+//  - a shell template's mother (ZygoteCommand's; sandbox_init.cc, LaunchStub): fd 3 is the
+//    socket to the keeper; she serves sandbox after sandbox (NurseryServe) and exits when the
+//    keeper has gone; each job's process comes back confined and with its script pipe;
+//  - a session's (SessionShellCommand's; session_agent.cc, the factory): fd 3 is the socket to
+//    the agent; she serves warm shell after warm shell (session_shell_mother.h), already
+//    confined herself, and exits when the agent has gone.
 __attribute__((constructor)) void ShellMother(int argc, char** argv, char** envp) {
   const char* preload = std::getenv("LD_PRELOAD");
-  if (preload == nullptr || std::strcmp(preload, std::strchr(sandpool::kNurseryPreloadEnv, '=') + 1) != 0 ||
-      !sandpool::IsShellZygoteArgv(argc, argv)) {
+  if (preload == nullptr || std::strcmp(preload, std::strchr(sandpool::kNurseryPreloadEnv, '=') + 1) != 0) {
     return;  // loaded into a python mother, which calls sandpool_nursery_serve herself
   }
+  const bool session = sandpool::IsSessionShellArgv(argc, argv);
+  if (!session && !sandpool::IsShellZygoteArgv(argc, argv)) return;
   // Out of the environment the shell reads (and its jobs' children would inherit), and out of
   // the memory /proc/<pid>/environ shows: zeroed in place, and that shown part ended before them.
   char* shown[2] = {nullptr, nullptr};
@@ -101,11 +107,15 @@ __attribute__((constructor)) void ShellMother(int argc, char** argv, char** envp
   ::close(4);  // the library, loaded
   // Named for the host's tools and tests, like the inits she clones (which inherit it); each
   // job's shell takes back the name its exec would have given it.
-  ::prctl(PR_SET_NAME, "sandpool-mother", 0, 0, 0);
-  if (::write(3, "R", 1) != 1) ::_exit(0);
-  long served = sandpool::NurseryServe(3);
-  if (served != 0) MotherExit(served);
-  // The job's process: into the shell's main, which runs its zygote script.
+  ::prctl(PR_SET_NAME, session ? "sandpool-shells" : "sandpool-mother", 0, 0, 0);
+  if (session) {
+    if (sandpool::ServeSessionShells(3) != 0) ::_exit(0);  // the agent is gone
+  } else {
+    if (::write(3, "R", 1) != 1) ::_exit(0);
+    long served = sandpool::NurseryServe(3);
+    if (served != 0) MotherExit(served);
+  }
+  // The job's process or the session's warm shell: into the shell's main, which runs its script.
   const char* slash = std::strrchr(argv[0], '/');
   ::prctl(PR_SET_NAME, slash != nullptr ? slash + 1 : argv[0], 0, 0, 0);
 }

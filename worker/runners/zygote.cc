@@ -318,6 +318,10 @@ std::vector<std::string> SessionShellCommand() {
   return {FindRuntime("sh")->interpreter, "-c", kSessionShell, "sh"};
 }
 
+bool IsSessionShellArgv(int argc, char* const* argv) {
+  return argc >= 3 && std::strcmp(argv[argc - 2], kSessionShell) == 0;
+}
+
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {

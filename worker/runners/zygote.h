@@ -42,6 +42,9 @@ bool IsShellZygoteArgv(int argc, char* const* argv);
 // then sources /proc/self/fd/4. The conversation on fd 3 is otherwise the zygote's: 'R', then
 // "E..." or 'S' and its close.
 std::vector<std::string> SessionShellCommand();
+// Whether `argv` is SessionShellCommand's: how the nursery library's constructor knows it was
+// preloaded into a session's shell mother (session_shell_mother.h).
+bool IsSessionShellArgv(int argc, char* const* argv);
 
 // The bytes the keeper sends a zygote for `run`: kind "argv" (run.argv), "shell" (run.code is
 // the line) or "code" (run.code is source for this runtime). A shell gets `__sp_s=<its script,

@@ -189,7 +189,7 @@ Result<Sandbox> CloneSandbox(const SandboxConfig& config, uint32_t slot, Sandbox
   if (pid == 0) {
     if (int err = ArrangeFds(keep, nkeep)) ::_exit(100 + err % 100);  // its status pipe is not in place
     if (custom_init != nullptr) {
-      custom_init(config, seccomp, fresh);
+      custom_init(config, seccomp, fresh, nursery_lib >= 0 ? 9 : -1);
       ::_exit(1);  // it never returns
     }
     InitMain(config, seccomp, *command, nursery_lib >= 0 ? 9 : -1);
@@ -212,8 +212,9 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, Sandb
 }
 
 Result<Sandbox> PrepareSessionSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
-                                      const SeccompProgram* seccomp, bool fresh, CustomInit init) {
-  return CloneSandbox(config, slot, std::move(cgroup), seccomp, nullptr, -1, init, fresh);
+                                      const SeccompProgram* seccomp, bool fresh, CustomInit init,
+                                      int nursery_lib) {
+  return CloneSandbox(config, slot, std::move(cgroup), seccomp, nullptr, nursery_lib, init, fresh);
 }
 
 }  // namespace sandpool

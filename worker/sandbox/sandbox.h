@@ -60,15 +60,17 @@ Result<Sandbox> PrepareSandbox(const SandboxConfig& config, uint32_t slot, Sandb
 // An init of the caller's own, run after clone in place of a job's (InitMain), its fds in place
 // (sandbox_init.h's rules for init hold for it). Never returns: a session's
 // (worker/session/session_agent.h: set-up on the session's disk, `fresh` a new one, then the
-// session's agent).
-using CustomInit = void (*)(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh);
+// session's agent). `nursery_lib`: init's fd of the nursery library, or -1.
+using CustomInit = void (*)(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh, int nursery_lib);
 
 // A session's sandbox (worker/session/session_keeper.h): init (`init`) mounts the session's disk
 // (at layout::kDisk, made ready by the keeper; `fresh`: new) as its root and becomes the
 // session's agent, whose socket is `stub` (its 'R' was read: it is serving). The stdio pipes are
-// unused.
+// unused. `nursery_lib` (an fd of libsandpool_nursery.so, or -1) goes to init with its fds: the
+// agent's warm shells then come from a shell mother (runners/session_shell_mother.h).
 Result<Sandbox> PrepareSessionSandbox(const SandboxConfig& config, uint32_t slot, SandboxCgroup cgroup,
-                                      const SeccompProgram* seccomp, bool fresh, CustomInit init);
+                                      const SeccompProgram* seccomp, bool fresh, CustomInit init,
+                                      int nursery_lib = -1);
 
 // The two ends of a sandbox's pipes and stub socket: the host's, in a Sandbox, and the six
 // init takes, in the order it expects them at fds 3-8 (sync read, status write, stub socket,

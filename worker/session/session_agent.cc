@@ -27,6 +27,7 @@
 #include "worker/ipc/channel.h"
 #include "worker/ipc/session_messages.h"
 #include "worker/ipc/stub_protocol.h"
+#include "worker/runners/session_shell_mother.h"
 #include "worker/runners/zygote.h"
 #include "worker/sandbox/rootfs.h"
 #include "worker/sandbox/sandbox.h"
@@ -50,11 +51,11 @@ constexpr size_t kMaxWarmShells = 8;
 // end of the command just handed over, or the next one, waited. So a helper, the factory (a
 // fork of the agent made once, before any session code exists), starts them: as the agent's
 // children (CLONE_PARENT), so the agent reaps, signals and accounts them as before. The agent
-// sends it a shell's five fds; it answers the pid, or -errno. If it is gone (session code
-// running as root may kill it), the agent starts shells itself.
-struct FactoryReply {
-  int32_t pid;  // > 0, or -errno
-};
+// sends it a shell's five fds; it answers the pid, or -errno (a ShellFactoryReply). With the
+// nursery library the factory becomes a shell mother (runners/session_shell_mother.h) and each
+// shell is her clone, not an exec; without it (sanitizer builds, a session on an image root) it
+// spawns and execs each. If it is gone (the session's code may kill it), the agent starts shells
+// itself.
 
 // A warm shell: `sh` with the session's environment, confined as uid 1000, waiting for the go on
 // `ctl` (its fd 3) to source its script from `script` (its fd 4; zygote.h's SessionShellCommand).
@@ -72,13 +73,30 @@ struct Proc {
 
 class Agent {
  public:
-  Agent(const SandboxConfig& config, const SeccompProgram* seccomp) : config_(config), seccomp_(seccomp) {
+  Agent(const SandboxConfig& config, const SeccompProgram* seccomp, int nursery_lib)
+      : config_(config), seccomp_(seccomp), nursery_lib_(LoaderVariablesFree(config.base_env) ? nursery_lib : -1) {
     shell_argv_ = SessionShellCommand();
     shell_env_ = config_.base_env;
     for (std::string& a : shell_argv_) shell_argv_ptrs_.push_back(a.data());
     shell_argv_ptrs_.push_back(nullptr);
     for (std::string& e : shell_env_) shell_env_ptrs_.push_back(e.data());
+    mother_env_ptrs_ = shell_env_ptrs_;
+    // The shell mother's: the loader preloads the library (her fd 4) and binds every symbol at
+    // once, so that no shell binds a function the mother never called; she takes both out of her
+    // environment before the shell reads it (nursery_lib.cc).
+    mother_env_ptrs_.push_back(const_cast<char*>(kNurseryPreloadEnv));
+    mother_env_ptrs_.push_back(const_cast<char*>(kNurseryBindNowEnv));
     shell_env_ptrs_.push_back(nullptr);
+    mother_env_ptrs_.push_back(nullptr);
+  }
+
+  // A template's environment that sets the loader's variables itself keeps them for its shells,
+  // which then are exec'd: the mother's would be ambiguous to the loader and to her.
+  static bool LoaderVariablesFree(const std::vector<std::string>& env) {
+    for (const std::string& e : env) {
+      if (e.rfind("LD_PRELOAD=", 0) == 0 || e.rfind("LD_BIND_NOW=", 0) == 0) return false;
+    }
+    return true;
   }
 
   [[noreturn]] void Run() {
@@ -109,8 +127,19 @@ class Agent {
           proc_of.push_back(pid);
         }
       }
-      int ready = ::poll(p.data(), p.size(), heap_held_ ? kTrimAfterIdleMs : -1);
+      int timeout_ms = heap_held_ ? kTrimAfterIdleMs : -1;
+      if (WaitingOnFactory()) {
+        int left = static_cast<int>(std::max<int64_t>(0, kFactoryPatienceMs - (MonotonicUs() - factory_heard_us_) / 1000));
+        timeout_ms = timeout_ms < 0 ? left : std::min(timeout_ms, left);
+      }
+      int ready = ::poll(p.data(), p.size(), timeout_ms);
       if (ready < 0 && errno != EINTR) ::_exit(3);
+      if (WaitingOnFactory() && MonotonicUs() - factory_heard_us_ >= kFactoryPatienceMs * 1000) {
+        // Stopped, or too slow to be of use (the session's code can signal it): the waiting lines
+        // start here, and so do later shells.
+        if (factory_pid_ > 0) ::kill(factory_pid_, SIGKILL);
+        FactoryGone();
+      }
       if (ready == 0) {
         // Idle since the last message: the buffers of its transfers go back to the kernel.
         ch_.ReleaseIdleBuffers();
@@ -227,6 +256,7 @@ class Agent {
     pid_t pid = ::fork();
     if (pid < 0) return;
     if (pid == 0) {
+      if (nursery_lib_ >= 0) ExecShellMother(sock->b.get());
       // Nothing of the agent's but its socket to the agent: the scheduler's socket (fd 5) must
       // close when the agent ends, not when this does.
       // (Its blocked SIGCHLD does not matter: its shells are not its children, and each one
@@ -239,6 +269,23 @@ class Agent {
     factory_ = Channel(std::move(sock->a));
   }
 
+  // The factory as a shell mother: confined once as each shell would be (StubPrologue: its own
+  // session, uid 1000, no_new_privs, rlimits, default signals, then the job's filter), fd 3 the
+  // socket to the agent and fd 4 the library, it execs the session's shell with the library
+  // preloaded. A failure ends it, and the agent starts its shells itself (FactoryGone).
+  [[noreturn]] void ExecShellMother(int sock) {
+    // The library at 3 while confining: a failure StubPrologue reports on fd 3 goes nowhere
+    // rather than into the agent's channel.
+    const int keep[] = {nursery_lib_, sock};
+    if (ArrangeFds(keep, 2) != 0) ::_exit(0);
+    if (seccomp_ == nullptr || LoadSeccompProgram(*seccomp_) != 0) ::_exit(0);
+    StubPrologue(config_, nullptr);
+    if (::dup3(3, 5, 0) != 5 || ::dup3(4, 3, 0) != 3 || ::dup3(5, 4, 0) != 4 || ::close(5) != 0) ::_exit(0);
+    if (::chdir("/work") != 0) ::_exit(0);
+    ::execve(shell_argv_ptrs_[0], shell_argv_ptrs_.data(), mother_env_ptrs_.data());
+    ::_exit(0);
+  }
+
   [[noreturn]] void FactoryMain(Channel ch) {
     // The job filter, once, on itself: every shell it starts inherits it instead of compiling
     // its own (measured: with 8 commands in flight, 5% of all the machine's CPU went to those
@@ -248,7 +295,7 @@ class Agent {
     for (;;) {
       auto f = ch.Receive();
       if (!f.ok()) ::_exit(0);  // the agent is gone
-      FactoryReply r{-EINVAL};
+      ShellFactoryReply r{-EINVAL};
       if (f->fds.size() == 5) {
         int fds[5];
         for (int i = 0; i < 5; ++i) fds[i] = f->fds[i].get();
@@ -263,6 +310,9 @@ class Agent {
     }
   }
 
+  // Lines wait for shells the factory was asked for.
+  bool WaitingOnFactory() const { return factory_.valid() && !queued_.empty(); }
+
   void FactoryGone() {
     factory_.Close();
     // Shells it may or may not have started: without a pid they cannot be used. Dropping their
@@ -274,11 +324,12 @@ class Agent {
   void FactorySpoke() {
     std::vector<Frame> frames;
     Status s = factory_.OnReadable(&frames);
+    if (!frames.empty()) factory_heard_us_ = MonotonicUs();
     for (Frame& f : frames) {
       if (pending_.empty()) break;
       WarmShell w = std::move(pending_.front());
       pending_.pop_front();
-      FactoryReply r{-EIO};
+      ShellFactoryReply r{-EIO};
       if (f.payload.size() == sizeof r) std::memcpy(&r, f.payload.data(), sizeof r);
       if (r.pid <= 0 || early_exits_.erase(r.pid) != 0) {  // not started, or already dead
         ShellFailed();
@@ -372,6 +423,7 @@ class Agent {
     if (ForWarmShell(m)) {
       if (RunInWarmShell(m)) return;
       if (factory_.valid()) {
+        if (queued_.empty()) factory_heard_us_ = MonotonicUs();
         queued_.push_back(m);
         return;
       }
@@ -545,6 +597,7 @@ class Agent {
 
   const SandboxConfig& config_;
   const SeccompProgram* seccomp_;
+  const int nursery_lib_;  // its fd, or -1: the factory spawns each shell (FactoryMain)
   Channel ch_{UniqueFd(kSock)};
   UniqueFd sigfd_;
   // Messages came since the heap was last trimmed (KeepLargeBuffersInHeap: their buffers stay
@@ -555,16 +608,20 @@ class Agent {
   std::deque<WarmShell> warm_;
   Channel factory_;
   pid_t factory_pid_ = -1;
+  // When the factory last answered, or a line began to wait for it: a factory silent this long
+  // while lines wait is given up (Run).
+  int64_t factory_heard_us_ = 0;
+  static constexpr int64_t kFactoryPatienceMs = 3000;
   std::deque<WarmShell> pending_;  // sent to the factory, its pid not yet answered (in order)
   std::set<pid_t> early_exits_;    // reaped while their pid may be among those answers
   std::deque<AgentExecMsg> queued_;  // shell lines waiting for a warm shell to be ready
   std::vector<std::string> shell_argv_, shell_env_;
-  std::vector<char*> shell_argv_ptrs_, shell_env_ptrs_;
+  std::vector<char*> shell_argv_ptrs_, shell_env_ptrs_, mother_env_ptrs_;
 };
 
 }  // namespace
 
-void SessionAgentMain(const SandboxConfig& config, const SeccompProgram* seccomp) {
+void SessionAgentMain(const SandboxConfig& config, const SeccompProgram* seccomp, int nursery_lib) {
   // init keeps none of the host's stdio (the keeper's) and none of the unused job pipes.
   int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   for (int fd = 0; fd < 3; ++fd) ::dup2(devnull, fd);
@@ -575,14 +632,14 @@ void SessionAgentMain(const SandboxConfig& config, const SeccompProgram* seccomp
   // memory, so the loop gives it back once the agent has been idle for kTrimAfterIdleMs
   // (Agent::Run).
   KeepLargeBuffersInHeap();
-  static Agent agent(config, seccomp);
+  static Agent agent(config, seccomp, nursery_lib);
   agent.Run();
 }
 
-void SessionInitMain(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh) {
+void SessionInitMain(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh, int nursery_lib) {
   InitSetUp(config, fresh ? +[](const SandboxConfig& c) { return MountSessionFilesystems(c, true); }
                           : +[](const SandboxConfig& c) { return MountSessionFilesystems(c, false); });
-  SessionAgentMain(config, seccomp);
+  SessionAgentMain(config, seccomp, nursery_lib);
 }
 
 }  // namespace sandpool

@@ -21,12 +21,15 @@ namespace sandpool {
 
 struct SeccompProgram;
 
-// fd 5: the socket to the scheduler (first, 'R' on it when ready). Never returns.
-[[noreturn]] void SessionAgentMain(const SandboxConfig& config, const SeccompProgram* seccomp);
+// fd 5: the socket to the scheduler (first, 'R' on it when ready). `nursery_lib`: an fd of
+// libsandpool_nursery.so, or -1; with it the session's warm shells are clones of one preloaded
+// shell (runners/session_shell_mother.h), without it each is exec'd. Never returns.
+[[noreturn]] void SessionAgentMain(const SandboxConfig& config, const SeccompProgram* seccomp, int nursery_lib);
 
 // init's whole life in a session sandbox (the CustomInit that session_keeper.cc hands
 // PrepareSessionSandbox): set-up on the session's disk (`fresh`: a new one; InitSetUp with
 // MountSessionFilesystems), then SessionAgentMain until the keeper ends it.
-[[noreturn]] void SessionInitMain(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh);
+[[noreturn]] void SessionInitMain(const SandboxConfig& config, const SeccompProgram* seccomp, bool fresh,
+                                  int nursery_lib);
 
 }  // namespace sandpool

@@ -37,9 +37,9 @@ using namespace layout;
 class SessionKeeper {
  public:
   SessionKeeper(const SandboxConfig& config, uint32_t slot, Channel ch, SlotCgroup cgroup, SeccompProgram seccomp,
-                UniqueFd loop_control)
+                UniqueFd loop_control, UniqueFd nursery_lib)
       : config_(config), slot_(slot), ch_(std::move(ch)), cgroup_(std::move(cgroup)), seccomp_(std::move(seccomp)),
-        loop_control_(std::move(loop_control)) {}
+        loop_control_(std::move(loop_control)), nursery_lib_(std::move(nursery_lib)) {}
 
   [[noreturn]] void Run() {
     // The disk's id mapping is the slot's, whichever session comes: made while no session waits
@@ -155,7 +155,8 @@ class SessionKeeper {
     if (!cg.ok()) return cg.status().Prefixed("session cgroup");
     SP_RETURN_IF_ERROR(cg->SetLimits(m.memory_bytes, m.pids).Prefixed("session limits"));
     if (m.cpu_quota_us > 0) SP_RETURN_IF_ERROR(cg->SetCpuQuota(m.cpu_quota_us).Prefixed("session cpus"));
-    auto sb = PrepareSessionSandbox(config_, slot_, std::move(cg.value()), &seccomp_, m.fresh, SessionInitMain);
+    auto sb = PrepareSessionSandbox(config_, slot_, std::move(cg.value()), &seccomp_, m.fresh, SessionInitMain,
+                                    nursery_lib_ ? nursery_lib_.get() : -1);
     if (!sb.ok()) return sb.status();
     sb_ = std::move(sb.value());
     sb_.stdin_w.reset();
@@ -279,6 +280,7 @@ class SessionKeeper {
   SlotCgroup cgroup_;
   SeccompProgram seccomp_;
   UniqueFd loop_control_;
+  UniqueFd nursery_lib_;  // the session's warm shells come from a shell mother (session_agent.h)
   UniqueFd idmap_ns_;  // IdMapNamespace
   UniqueFd image_;
   bool disk_mounted_ = false;
@@ -289,8 +291,9 @@ class SessionKeeper {
 }  // namespace
 
 void SessionKeeperMain(const SandboxConfig& config, uint32_t slot, Channel channel, SlotCgroup cgroup,
-                       SeccompProgram seccomp, UniqueFd loop_control) {
-  SessionKeeper k(config, slot, std::move(channel), std::move(cgroup), std::move(seccomp), std::move(loop_control));
+                       SeccompProgram seccomp, UniqueFd loop_control, UniqueFd nursery_lib) {
+  SessionKeeper k(config, slot, std::move(channel), std::move(cgroup), std::move(seccomp), std::move(loop_control),
+                  std::move(nursery_lib));
   k.Run();
 }
 

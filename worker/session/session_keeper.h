@@ -31,8 +31,10 @@
 namespace sandpool {
 
 // In the keeper process (worker/keeper/keeper.h) of `slot`, after its common set-up
-// (SetUpKeeper), with the keeper's sandbox configuration. Never returns.
+// (SetUpKeeper), with the keeper's sandbox configuration. `nursery_lib`: the nursery library,
+// opened before the keeper left the host's file system, or empty (SessionShellMotherApplies,
+// runners/nursery.h); each session's agent gets it. Never returns.
 [[noreturn]] void SessionKeeperMain(const SandboxConfig& config, uint32_t slot, Channel channel, SlotCgroup cgroup,
-                                    SeccompProgram seccomp, UniqueFd loop_control);
+                                    SeccompProgram seccomp, UniqueFd loop_control, UniqueFd nursery_lib);
 
 }  // namespace sandpool

@@ -275,6 +275,45 @@ TEST_F(SessionTest, TheDiskIsMountedWithoutWritebackOnReplace) {
 
 // `kill -9 -1` from the session's root ends every process but init, warm shells included, all at
 // once: the agent must keep serving (it once indexed its warm shells across their removal).
+// A session's warm shells are clones of one preloaded shell (runners/session_shell_mother.h):
+// she is confined as each shell is (the session's user, no_new_privs, the filter), the agent's
+// child like them, and what she was started with to load the library is nowhere in a shell's
+// environment. Killed by the session's own code, the agent starts its shells itself.
+TEST_F(SessionTest, WarmShellsAreClonesOfOneConfinedShellMother) {
+  Start(MakeDisk("s4"), true);
+  const std::string probe =
+      "m=$(grep -lx sandpool-shells /proc/[0-9]*/comm); echo mothers $(echo $m | wc -w); "
+      "for f in $m; do grep -E '^(PPid|Uid|NoNewPrivs|Seccomp):' ${f%/comm}/status | tr -s '\\t' ' '; done; "
+      "echo preload $(tr '\\0' '\\n' < /proc/$$/environ | grep -c '^LD_'); "
+      "echo comm $(cat /proc/$$/comm) ppid $(cut -d' ' -f4 /proc/$$/stat)";
+  for (int i = 0; i < 3; ++i) {
+    ExecRun r = Shell(probe);
+    EXPECT_EQ(r.out,
+              "mothers 1\nPPid: 1\nUid: 1000 1000 1000 1000\nNoNewPrivs: 1\nSeccomp: 2\npreload 0\ncomm sh ppid 1\n")
+        << r.err;
+  }
+  ExecRun k = Shell("kill -9 $(grep -lx sandpool-shells /proc/[0-9]*/comm | cut -d/ -f3) && echo killed");
+  EXPECT_EQ(k.out, "killed\n") << k.err;
+  int after = 0;
+  for (int i = 0; i < 5; ++i) {
+    ExecRun r = Shell("echo alive; grep -lx sandpool-shells /proc/[0-9]*/comm | wc -l");
+    after += r.out == "alive\n0\n";
+  }
+  EXPECT_EQ(after, 5);
+  Stop();
+}
+
+// The session's code may also stop its shell mother: a line that waits for a shell she owes is
+// started by the agent after a few seconds, and she is replaced by the agent's own starts.
+TEST_F(SessionTest, AShellMotherTheSessionStopsIsGivenUp) {
+  Start(MakeDisk("s5"), true);
+  ExecRun k = Shell("kill -STOP $(grep -lx sandpool-shells /proc/[0-9]*/comm | cut -d/ -f3) && echo stopped");
+  EXPECT_EQ(k.out, "stopped\n") << k.err;
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(Shell("echo " + std::to_string(i)).out, std::to_string(i) + "\n");
+  EXPECT_EQ(Shell("grep -lx sandpool-shells /proc/[0-9]*/comm | wc -l").out, "0\n");
+  Stop();
+}
+
 TEST_F(SessionTest, KillingEveryProcessLeavesTheAgentServing) {
   Start(MakeDisk("s3"), true);
   for (int round = 0; round < 10; ++round) {
