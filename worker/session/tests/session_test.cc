@@ -16,6 +16,7 @@
 #include "worker/ipc/messages.h"
 #include "worker/ipc/session_messages.h"
 #include "worker/keeper/spawner.h"
+#include "worker/runners/nursery.h"
 
 namespace sandpool {
 namespace {
@@ -160,6 +161,9 @@ class SessionTest : public ::testing::Test {
     }
   }
 
+  // Whether this build's sessions have a shell mother (sanitizer builds have no nursery library).
+  bool ShellMotherApplies() const { return SessionShellMotherApplies(config_) && OpenNurseryLibrary().valid(); }
+
   template <typename... Kv>
   static std::string Request(Kv... kv) {
     msgpack::sbuffer buf;
@@ -280,6 +284,7 @@ TEST_F(SessionTest, TheDiskIsMountedWithoutWritebackOnReplace) {
 // child like them, and what she was started with to load the library is nowhere in a shell's
 // environment. Killed by the session's own code, the agent starts its shells itself.
 TEST_F(SessionTest, WarmShellsAreClonesOfOneConfinedShellMother) {
+  if (!ShellMotherApplies()) GTEST_SKIP() << "no nursery library in this build";
   Start(MakeDisk("s4"), true);
   const std::string probe =
       "m=$(grep -lx sandpool-shells /proc/[0-9]*/comm); echo mothers $(echo $m | wc -w); "
@@ -306,6 +311,7 @@ TEST_F(SessionTest, WarmShellsAreClonesOfOneConfinedShellMother) {
 // The session's code may also stop its shell mother: a line that waits for a shell she owes is
 // started by the agent after a few seconds, and she is replaced by the agent's own starts.
 TEST_F(SessionTest, AShellMotherTheSessionStopsIsGivenUp) {
+  if (!ShellMotherApplies()) GTEST_SKIP() << "no nursery library in this build";
   Start(MakeDisk("s5"), true);
   ExecRun k = Shell("kill -STOP $(grep -lx sandpool-shells /proc/[0-9]*/comm | cut -d/ -f3) && echo stopped");
   EXPECT_EQ(k.out, "stopped\n") << k.err;
