@@ -280,21 +280,23 @@ TEST_F(SessionTest, TheDiskIsMountedWithoutWritebackOnReplace) {
 // `kill -9 -1` from the session's root ends every process but init, warm shells included, all at
 // once: the agent must keep serving (it once indexed its warm shells across their removal).
 // A session's warm shells are clones of one preloaded shell (runners/session_shell_mother.h):
-// she is confined as each shell is (the session's user, no_new_privs, the filter), the agent's
-// child like them, and what she was started with to load the library is nowhere in a shell's
-// environment. Killed by the session's own code, the agent starts its shells itself.
+// she is confined as each shell is (the session's user, no capabilities, no_new_privs, the
+// filter), the agent's child like them, and what she was started with to load the library is
+// nowhere in a shell's environment, nor in what her own /proc/<pid>/environ shows. Killed by the session's own code, the agent starts its shells itself.
 TEST_F(SessionTest, WarmShellsAreClonesOfOneConfinedShellMother) {
   if (!ShellMotherApplies()) GTEST_SKIP() << "no nursery library in this build";
   Start(MakeDisk("s4"), true);
   const std::string probe =
       "m=$(grep -lx sandpool-shells /proc/[0-9]*/comm); echo mothers $(echo $m | wc -w); "
-      "for f in $m; do grep -E '^(PPid|Uid|NoNewPrivs|Seccomp):' ${f%/comm}/status | tr -s '\\t' ' '; done; "
+      "for f in $m; do grep -E '^(PPid|Uid|CapEff|NoNewPrivs|Seccomp):' ${f%/comm}/status | tr -s '\\t' ' '; "
+      "echo shown $(tr '\\0' '\\n' < ${f%/comm}/environ | grep -c '^LD_'); done; "
       "echo preload $(tr '\\0' '\\n' < /proc/$$/environ | grep -c '^LD_'); "
       "echo comm $(cat /proc/$$/comm) ppid $(cut -d' ' -f4 /proc/$$/stat)";
   for (int i = 0; i < 3; ++i) {
     ExecRun r = Shell(probe);
     EXPECT_EQ(r.out,
-              "mothers 1\nPPid: 1\nUid: 1000 1000 1000 1000\nNoNewPrivs: 1\nSeccomp: 2\npreload 0\ncomm sh ppid 1\n")
+              "mothers 1\nPPid: 1\nUid: 1000 1000 1000 1000\nCapEff: 0000000000000000\nNoNewPrivs: 1\nSeccomp: 2\n"
+              "shown 0\npreload 0\ncomm sh ppid 1\n")
         << r.err;
   }
   ExecRun k = Shell("kill -9 $(grep -lx sandpool-shells /proc/[0-9]*/comm | cut -d/ -f3) && echo killed");
