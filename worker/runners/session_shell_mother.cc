@@ -1,7 +1,6 @@
 // A session's shell mother (session_shell_mother.h): runs in the preloaded shell, before its main.
 #include "worker/runners/session_shell_mother.h"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -12,6 +11,7 @@
 
 #include "common/syscalls.h"
 #include "worker/ipc/channel.h"
+#include "worker/sandbox/sandbox_init.h"
 
 namespace sandpool {
 
@@ -32,17 +32,8 @@ long ServeSessionShells(int sock) {
       if (pid == 0) {
         for (auto& fd : f->fds) (void)fd.release();
         if (::setsid() < 0) ::_exit(126);
-        // Out of the way first, so that moving one into place cannot overwrite another; in
-        // place without close-on-exec, as an exec'd shell has them.
-        int moved[5];
-        for (int i = 0; i < 5; ++i) {
-          moved[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 100);
-          if (moved[i] < 0) ::_exit(126);
-        }
-        for (int i = 0; i < 5; ++i) {
-          if (::dup2(moved[i], i) != i) ::_exit(126);
-        }
-        if (sys::CloseFrom(5) != 0 || ::chdir("/work") != 0) ::_exit(126);
+        // In place without close-on-exec, as an exec'd shell has them.
+        if (PlaceFds(fds, 5, 0, 5) != 0 || sys::CloseFrom(5) != 0 || ::chdir("/work") != 0) ::_exit(126);
         return 0;
       }
       r.pid = pid > 0 ? static_cast<int32_t>(pid) : -errno;

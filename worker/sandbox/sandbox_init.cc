@@ -250,7 +250,7 @@ namespace {
 
 }  // namespace
 
-int ArrangeFds(const int* fds, int n) {
+int PlaceFds(const int* fds, int n, int first, int cloexec_from) {
   int moved[8];
   if (n > 8) return EINVAL;
   // Out of the way first, so that moving one into place cannot overwrite another.
@@ -259,8 +259,14 @@ int ArrangeFds(const int* fds, int n) {
     if (moved[i] < 0) return errno;
   }
   for (int i = 0; i < n; ++i) {
-    if (::dup3(moved[i], 3 + i, O_CLOEXEC) != 3 + i) return errno;
+    const int to = first + i;
+    if (::dup3(moved[i], to, to >= cloexec_from ? O_CLOEXEC : 0) != to) return errno;
   }
+  return 0;
+}
+
+int ArrangeFds(const int* fds, int n) {
+  if (int err = PlaceFds(fds, n, 3, 3)) return err;
   return sys::CloseFrom(static_cast<unsigned>(3 + n)) == 0 ? 0 : errno;
 }
 
@@ -441,16 +447,8 @@ namespace {
 // The child of SpawnSandboxProcess, on its own stack, sharing the caller's memory.
 int SandboxProcessEntry(void* arg) {
   const auto* spec = static_cast<const SandboxProcessSpec*>(arg);
-  // Out of the way first, so that moving one into place cannot overwrite another.
   int n = spec->fds[4] >= 0 ? 5 : 4;
-  int moved[5];
-  for (int i = 0; i < n; ++i) {
-    moved[i] = ::fcntl(spec->fds[i], F_DUPFD_CLOEXEC, 100);
-    if (moved[i] < 0) ::_exit(126);
-  }
-  for (int i = 0; i < n; ++i) {
-    if (::dup3(moved[i], i, i >= 3 ? O_CLOEXEC : 0) != i) ::_exit(126);
-  }
+  if (PlaceFds(spec->fds, n, 0, 3) != 0) ::_exit(126);
   if (sys::CloseFrom(static_cast<unsigned>(n)) != 0) StubFail(errno, "fds", 126);
   StubPrologue(*spec->config, spec->seccomp, spec->as_root);
   if (spec->image != nullptr) {

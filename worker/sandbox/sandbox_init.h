@@ -87,6 +87,10 @@ inline constexpr const char* kNurseryBindNowEnv = "LD_BIND_NOW=1";
 void StubPrologue(const SandboxConfig& config, const SeccompProgram* seccomp, bool as_root = false);
 // Reports "F<what>" on init's status pipe (fd 4) and exits.
 [[noreturn]] void InitFail(const std::string& what);
+// Moves `fds` (at most 8) to `first`, `first` + 1, ... in order, those from `cloexec_from` on
+// close-on-exec and those below it not; closes nothing (the originals stay open too). 0 or an
+// errno. Async-signal-safe.
+int PlaceFds(const int* fds, int n, int first, int cloexec_from);
 // Moves `fds` to 3, 4, ... in order and closes every other fd above 2. 0 or an errno.
 // Async-signal-safe.
 int ArrangeFds(const int* fds, int n);

@@ -156,7 +156,7 @@ class SessionKeeper {
     SP_RETURN_IF_ERROR(cg->SetLimits(m.memory_bytes, m.pids).Prefixed("session limits"));
     if (m.cpu_quota_us > 0) SP_RETURN_IF_ERROR(cg->SetCpuQuota(m.cpu_quota_us).Prefixed("session cpus"));
     auto sb = PrepareSessionSandbox(config_, slot_, std::move(cg.value()), &seccomp_, m.fresh, SessionInitMain,
-                                    nursery_lib_ ? nursery_lib_.get() : -1);
+                                    nursery_lib_.get());
     if (!sb.ok()) return sb.status();
     sb_ = std::move(sb.value());
     sb_.stdin_w.reset();
